@@ -1,0 +1,195 @@
+"""Paged attention for a short block of queries per sequence, causal or not.
+
+One program owns every query row of one sequence that maps to one KV head: the
+BLOCK_Q query tokens of its tile times the GQA group, folded into BLOCK_M rows.
+A 16-token DFlash block with 32 query / 8 KV heads is therefore a single
+64-row tile per KV head, and each K/V byte of the sequence is streamed once.
+
+Grid: (query tiles, KV heads, KV splits).  The number of query tiles comes
+from an upper bound (``num_tokens // BLOCK_Q + num_seqs``) so the launch never
+needs the host to read device values; surplus programs exit at once.  With
+more than one split each program covers a slice of the key range and writes a
+partial result plus its log-sum-exp; ``merge_splits_kernel`` combines them.
+
+Masking, with ``p`` the absolute position of a query row
+(``seq_len - q_len + row``):
+  * keys at or past ``seq_len`` are never seen;
+  * CAUSAL: key ``j`` is visible iff ``j <= p``;
+  * sliding window ``W``: key ``j`` is visible iff ``p - j < W``.
+Softmax runs in base 2 with the scale folded into the exponent.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _find_sequence(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
+    # Sequence i owns tiles starting at qsl[i] // BLOCK_Q + i: an upper bound on
+    # the tiles of all earlier sequences, so tiles never overlap.
+    lo = 0
+    hi = num_seqs
+    while lo < hi:
+        mid = (lo + hi) // 2
+        first_tile = tl.load(query_start_loc_ptr + mid) // BLOCK_Q + mid
+        if first_tile <= tile:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+@triton.jit
+def _tanh(x):
+    # Portable across CUDA, HIP and the interpreter (no libdevice).
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x >= 0, t, -t)
+
+
+@triton.jit
+def paged_attention_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
+    block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
+    partial_out_ptr, partial_lse_ptr,
+    scale, softcap, window, num_seqs,
+    stride_qt, stride_qh, stride_qd,
+    stride_kb, stride_ks, stride_kh, stride_kd,
+    stride_vb, stride_vs, stride_vh, stride_vd,
+    stride_ot, stride_oh, stride_od,
+    stride_bts, stride_btb,
+    stride_pos, stride_pot, stride_poh,
+    stride_pls, stride_plt,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    GQA: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    LOG2E: tl.constexpr = 1.4426950408889634
+    tile = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+
+    seq = _find_sequence(query_start_loc_ptr, tile, num_seqs, BLOCK_Q)
+    q_start = tl.load(query_start_loc_ptr + seq)
+    q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
+    local_tile = tile - (q_start // BLOCK_Q + seq)
+    if local_tile * BLOCK_Q >= q_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + seq)
+    first_pos = seq_len - q_len
+
+    rows = tl.arange(0, BLOCK_M)
+    q_tok = local_tile * BLOCK_Q + rows // GQA
+    head = kv_head * GQA + rows % GQA
+    row_ok = (q_tok < q_len) & (rows < BLOCK_Q * GQA)
+    q_pos = first_pos + q_tok
+    dims = tl.arange(0, HEAD_DIM_PAD)
+    dim_ok = dims < HEAD_DIM
+
+    q_rows = (q_start + q_tok).to(tl.int64) * stride_qt + head * stride_qh
+    q = tl.load(q_ptr + q_rows[:, None] + dims[None, :] * stride_qd,
+                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+
+    kv_end = seq_len
+    if CAUSAL:
+        kv_end = tl.minimum(seq_len, first_pos + (local_tile + 1) * BLOCK_Q)
+    kv_begin = 0
+    if USE_WINDOW:
+        kv_begin = tl.maximum(0, first_pos + local_tile * BLOCK_Q - window + 1)
+    num_kv_tiles = tl.cdiv(kv_end - kv_begin, BLOCK_N)
+    tile_lo = 0
+    tile_hi = num_kv_tiles
+    if NUM_SPLITS > 1:
+        per_split = tl.cdiv(num_kv_tiles, NUM_SPLITS)
+        tile_lo = split * per_split
+        tile_hi = tl.minimum(tile_lo + per_split, num_kv_tiles)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
+    qk_scale = scale * LOG2E
+    bt_row = block_table_ptr + seq.to(tl.int64) * stride_bts
+    cols = tl.arange(0, BLOCK_N)
+
+    for t in range(tile_lo, tile_hi):
+        key = kv_begin + t * BLOCK_N + cols
+        key_ok = key < kv_end
+        page = tl.load(bt_row + (key // PAGE_SIZE) * stride_btb, mask=key_ok, other=0).to(tl.int64)
+        in_page = key % PAGE_SIZE
+        k_off = page * stride_kb + in_page * stride_ks + kv_head * stride_kh
+        v_off = page * stride_vb + in_page * stride_vs + kv_head * stride_vh
+        k = tl.load(k_cache_ptr + k_off[None, :] + dims[:, None] * stride_kd,
+                    mask=key_ok[None, :] & dim_ok[:, None], other=0.0)
+        s = tl.dot(q, k, input_precision=DOT_PRECISION)
+        if USE_SOFTCAP:
+            s = softcap * _tanh(s * (scale / softcap)) * LOG2E
+        else:
+            s = s * qk_scale
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (key[None, :] <= q_pos[:, None])
+        if USE_WINDOW:
+            visible = visible & ((q_pos[:, None] - key[None, :]) < window)
+        s = tl.where(visible, s, float("-inf"))
+
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # Rows that have seen no key yet keep m = -inf; shift by 0 so that
+        # exp2(-inf - -inf) never produces NaN.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :] * stride_vd,
+                    mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    has_keys = l_i > 0.0
+    acc = acc / tl.where(has_keys, l_i, 1.0)[:, None]
+    store_mask = row_ok[:, None] & dim_ok[None, :]
+    tok = (q_start + q_tok).to(tl.int64)
+    if NUM_SPLITS == 1:
+        o_ptrs = out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :] * stride_od
+        tl.store(o_ptrs, acc.to(out_ptr.dtype.element_ty), mask=store_mask)
+    else:
+        lse = tl.where(has_keys, m_i + tl.math.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
+        po = (partial_out_ptr + split * stride_pos + tok[:, None] * stride_pot
+              + head[:, None] * stride_poh + dims[None, :])
+        tl.store(po, acc, mask=store_mask)
+        pl = partial_lse_ptr + split * stride_pls + tok * stride_plt + head
+        tl.store(pl, lse, mask=row_ok)
+
+
+@triton.jit
+def merge_splits_kernel(
+    out_ptr, partial_out_ptr, partial_lse_ptr, query_start_loc_ptr, num_seqs,
+    stride_ot, stride_oh, stride_od,
+    stride_pos, stride_pot, stride_poh,
+    stride_pls, stride_plt,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+):
+    tok = tl.program_id(0)
+    head = tl.program_id(1)
+    # Rows past the last sequence are padding: the first kernel never wrote them.
+    if tok >= tl.load(query_start_loc_ptr + num_seqs):
+        return
+    splits = tl.arange(0, SPLITS_PAD)
+    split_ok = splits < NUM_SPLITS
+    dims = tl.arange(0, HEAD_DIM_PAD)
+    dim_ok = dims < HEAD_DIM
+    tok64 = tok.to(tl.int64)
+    lse = tl.load(partial_lse_ptr + splits * stride_pls + tok64 * stride_plt + head,
+                  mask=split_ok, other=float("-inf"))
+    m = tl.max(lse, 0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.math.exp2(lse - m_safe)
+    part = tl.load(partial_out_ptr + splits[:, None] * stride_pos + tok64 * stride_pot
+                   + head * stride_poh + dims[None, :],
+                   mask=split_ok[:, None] & dim_ok[None, :], other=0.0)
+    total = tl.sum(w, 0)
+    o = tl.sum(part * w[:, None], 0) / tl.where(total > 0.0, total, 1.0)
+    tl.store(out_ptr + tok64 * stride_ot + head * stride_oh + dims * stride_od,
+             o.to(out_ptr.dtype.element_ty), mask=dim_ok)

@@ -1,0 +1,51 @@
+"""Where the kernels run: platform facts the launch decisions depend on."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def is_rocm() -> bool:
+    return getattr(torch.version, "hip", None) is not None
+
+
+def require_launchable(device: torch.device) -> None:
+    """Triton compiles for GPUs; CPU tensors only run under the interpreter."""
+    if device.type == "cpu" and not interpreting():
+        raise ValueError(
+            "tensors are on the CPU, where Triton kernels only run interpreted: set "
+            "TRITON_INTERPRET=1 before the first call (slow; for tests), or move the tensors "
+            "to a CUDA/HIP device")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device} is not supported (supported: cuda/hip GPUs, cpu when interpreting)")
+
+
+@functools.lru_cache(maxsize=None)
+def multiprocessor_count(device_index: int | None) -> int:
+    if not torch.cuda.is_available():
+        return 8  # interpreter: small, but large enough to exercise split-KV
+    return torch.cuda.get_device_properties(device_index or 0).multi_processor_count
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_arch(device_index: int | None = None) -> str:
+    """'gfx942', 'sm_90', ... or 'cpu'."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    props = torch.cuda.get_device_properties(device_index or 0)
+    if is_rocm():
+        return getattr(props, "gcnArchName", "gfx").split(":")[0]
+    return f"sm_{props.major}{props.minor}"
+
+
+def kernels():
+    """Import the Triton kernels lazily, so TRITON_INTERPRET can be set first."""
+    from dflash_rocm_plugin.kernels import kv_cache, paged_attention
+    return paged_attention, kv_cache

@@ -1,0 +1,49 @@
+"""``write_kv_cache``: store this step's keys and values into a paged cache."""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from dflash_rocm_plugin.ops import _runtime, _validate
+
+SLOT_DTYPES = (torch.int32, torch.int64)
+
+
+def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+                   v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """``k_cache[slot // bs, slot % bs] = key[i]`` (same for V) for every ``slot = slot_mapping[i] >= 0``.
+
+    key, value: ``[>= num_slots, num_kv_heads, head_dim]`` (any strides); caches
+    ``[num_blocks, block_size, num_kv_heads, head_dim]`` (any strides); ``slot_mapping``
+    int32/int64 ``[num_slots]``; negative slots (padding) are skipped.
+    """
+    _validate.tensor("key", key, ndim=3, dtypes=_validate.ATTENTION_DTYPES)
+    device = key.device
+    _runtime.require_launchable(device)
+    _validate.tensor("value", value, ndim=3, dtypes=(key.dtype,), device=device)
+    _validate.tensor("k_cache", k_cache, ndim=4, dtypes=(key.dtype,), device=device)
+    _validate.tensor("v_cache", v_cache, ndim=4, dtypes=(key.dtype,), device=device)
+    _validate.tensor("slot_mapping", slot_mapping, ndim=1, dtypes=SLOT_DTYPES, device=device)
+    if key.shape != value.shape:
+        raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} differ in shape")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ in shape")
+    if tuple(key.shape[1:]) != tuple(k_cache.shape[2:]):
+        raise ValueError(
+            f"key is [tokens, {key.shape[1]}, {key.shape[2]}] but the cache holds "
+            f"[.., .., {k_cache.shape[2]}, {k_cache.shape[3]}] (num_kv_heads, head_dim)")
+    num_slots = slot_mapping.shape[0]
+    if key.shape[0] < num_slots:
+        raise ValueError(f"slot_mapping has {num_slots} entries but key has only {key.shape[0]} tokens")
+    if num_slots == 0:
+        return
+    _, kv = _runtime.kernels()
+    _, block_size, num_kv_heads, head_dim = k_cache.shape
+    kv.write_kv_cache_kernel[(num_slots,)](
+        key, value, k_cache, v_cache, slot_mapping,
+        num_kv_heads, head_dim, block_size,
+        *key.stride(), *value.stride(), *k_cache.stride(), *v_cache.stride(),
+        BLOCK_H=triton.next_power_of_2(num_kv_heads), BLOCK_D=triton.next_power_of_2(head_dim),
+        num_warps=4 if num_kv_heads * head_dim >= 1024 else 1,
+    )

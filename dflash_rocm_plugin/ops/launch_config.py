@@ -1,0 +1,77 @@
+"""Tile shapes, warps and KV-split counts, chosen from tensor shapes only.
+
+Nothing here reads device memory, so the same shapes always give the same
+launch: a CUDA/HIP graph captured once replays with identical kernels.
+
+Two floors frame every choice (H200 numbers, bf16, Qwen3-8B heads 32q/8kv,
+d=128, 16 queries): a KV byte feeds 16 x G = 64 query rows, i.e. ~64 FLOP/B,
+far under the ~206 FLOP/B ridge, so the kernel is bound by unique KV bytes
+over HBM bandwidth.  The tiles therefore aim at (a) reading every KV byte
+once (all query rows of a KV head in one tile) and (b) enough programs in
+flight to saturate memory (split-KV when batch x KV heads is small).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import triton
+
+from dflash_rocm_plugin.ops import _runtime
+
+# Minimum keys per split: below this the merge costs more than it saves.
+MIN_KEYS_PER_SPLIT = 256
+MAX_SPLITS = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionLaunch:
+    block_q: int
+    block_m: int
+    block_n: int
+    head_dim_pad: int
+    num_splits: int
+    num_warps: int
+    num_stages: int
+
+
+def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int, int]:
+    """(BLOCK_N, num_warps, num_stages) for one architecture family."""
+    if arch.startswith("gfx"):
+        # CDNA3/4 (gfx942 MI300X, gfx950 MI355X): 64-wide wavefronts, 64 KiB
+        # (gfx942) / 160 KiB (gfx950) LDS, and software pipelining beyond two
+        # stages rarely pays.  Chosen by reasoning; unmeasured.
+        block_n = 64 if head_dim_pad <= 128 else 32
+        return block_n, 4, 2 if arch.startswith("gfx95") else 1
+    if arch == "cpu":
+        return (64 if head_dim_pad <= 128 else 32), 4, 1
+    # NVIDIA (measured on H200, see benchmarks/NOTES.md).
+    if head_dim_pad <= 128:
+        return 64, (8 if block_m >= 128 else 4), 3
+    return 32, 8, 2
+
+
+def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, head_dim: int,
+           kv_capacity: int, max_query_len: int | None, num_splits: int | None,
+           device_index: int | None) -> AttentionLaunch:
+    head_dim_pad = max(16, triton.next_power_of_2(head_dim))
+    # Query rows per tile: 64, or 128 when the group is large and the head is
+    # small enough for the accumulator to stay in registers.
+    rows = 128 if (group >= 8 and head_dim_pad <= 128) else 64
+    block_q = max(1, rows // group)
+    if max_query_len is not None:
+        block_q = min(block_q, triton.next_power_of_2(max(1, max_query_len)))
+    block_m = max(16, triton.next_power_of_2(block_q * group))
+    arch = _runtime.gpu_arch(device_index)
+    block_n, num_warps, num_stages = _arch_defaults(arch, head_dim_pad, block_m)
+
+    if num_splits is None:
+        num_splits = 1
+        short_queries = num_tokens <= num_seqs * block_q
+        if short_queries:
+            programs = max(1, num_seqs * num_kv_heads)
+            target = 2 * _runtime.multiprocessor_count(device_index)
+            if programs < target:
+                by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
+                num_splits = max(1, min(triton.cdiv(target, programs), by_length, MAX_SPLITS))
+    return AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages)
