@@ -1,9 +1,9 @@
-"""vLLM adapter: ``register`` is the ``vllm.general_plugins`` entry point."""
+"""vLLM adapter: ``register`` is the ``vllm.general_plugins`` entry point.
 
-import logging
+Nothing here imports vLLM at import time; the backend classes live in ``backend.py`` and
+are only imported by vLLM through the registered class path.
+"""
 
-logger = logging.getLogger("dflash_rocm_plugin.vllm")
+from dflash_rocm_plugin.vllm.registration import BACKEND_ENUM_NAME, BACKEND_PATH, SUPPORTED_VERSIONS, register
 
-
-def register() -> None:
-    logger.info("dflash_rocm_plugin: the vLLM adapter is not available in this build")
+__all__ = ["register", "BACKEND_ENUM_NAME", "BACKEND_PATH", "SUPPORTED_VERSIONS"]

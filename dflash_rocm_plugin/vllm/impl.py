@@ -1,0 +1,85 @@
+"""``RocmDFlashImpl``: translates one vLLM attention layer call into ``dflash_rocm_plugin.ops``."""
+
+from __future__ import annotations
+
+import torch
+from vllm.v1.attention.backend import AttentionImpl, AttentionType
+
+from dflash_rocm_plugin import ops
+from dflash_rocm_plugin.vllm import support
+from dflash_rocm_plugin.vllm.metadata import RocmDFlashMetadata
+
+
+def split_kv_cache(kv_cache: torch.Tensor, head_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's logical ``[blocks, heads, block_size, K|V]`` view -> two strided
+    ``[blocks, block_size, heads, head_size]`` views (no copy, any worker-wide layout)."""
+    if kv_cache.shape[-1] != 2 * head_size:
+        raise ValueError(
+            f"rocm_dflash: the KV cache holds {kv_cache.shape[-1]} values per head and slot; "
+            f"expected K|V = 2 x head_size ({2 * head_size}); different K and V head sizes are not supported")
+    key_cache, value_cache = kv_cache.transpose(1, 2).split(head_size, dim=-1)
+    return key_cache, value_cache
+
+
+class RocmDFlashImpl(AttentionImpl[RocmDFlashMetadata]):
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int | None = None,
+                 alibi_slopes: list[float] | None = None, sliding_window: int | None = None,
+                 kv_cache_dtype: str = "auto", logits_soft_cap: float | None = None,
+                 attn_type: str = AttentionType.DECODER, kv_sharing_target_layer_name: str | None = None,
+                 sinks: torch.Tensor | None = None, **extra) -> None:
+        # The backend's supports_* hooks refuse these at selection; an impl built directly
+        # (or by a model that bypasses selection) still fails here, before any kernel.
+        unsupported = [
+            alibi_slopes is not None and "ALiBi",
+            sinks is not None and "attention sinks",
+            extra.get("use_alibi_sqrt") and "ALiBi (sqrt)",
+            extra.get("chunk_lookback", -1) > -1 and "chunked attention with lookback",
+            attn_type != AttentionType.DECODER and f"attention type {attn_type}",
+            support.head_size_reason(head_size),
+            support.kv_cache_dtype_reason(kv_cache_dtype),
+        ]
+        unsupported = [u for u in unsupported if u]
+        if unsupported:
+            raise ValueError(f"rocm_dflash does not support: {', '.join(unsupported)}")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads or num_heads
+        self.sliding_window = sliding_window  # key j visible from position p iff p - j < window
+        self.logits_soft_cap = logits_soft_cap or None  # vLLM uses 0 for "none"
+        self.kv_cache_dtype = kv_cache_dtype
+        self.attn_type = attn_type
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+
+    def do_kv_cache_update(self, layer, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+                           slot_mapping: torch.Tensor) -> None:
+        """Store this step's K/V; padded slots (< 0) are skipped.  Called by vLLM before
+        ``forward`` and directly by the DFlash draft for its projected context K/V."""
+        if key is None or value is None or kv_cache.numel() == 0:
+            return
+        key_cache, value_cache = split_kv_cache(kv_cache, self.head_size)
+        ops.write_kv_cache(key, value, key_cache, value_cache, slot_mapping)
+
+    def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                kv_cache: torch.Tensor, attn_metadata: RocmDFlashMetadata, output: torch.Tensor,
+                output_scale: torch.Tensor | None = None,
+                output_block_scale: torch.Tensor | None = None) -> torch.Tensor:
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("rocm_dflash: fused output quantization is not supported")
+        if attn_metadata is None:  # memory-profiling run: no KV cache yet
+            return output.fill_(0)
+        num_tokens = attn_metadata.num_actual_tokens
+        out = output.view(-1, self.num_heads, self.head_size)
+        key_cache, value_cache = split_kv_cache(kv_cache, self.head_size)
+        ops.paged_attention(
+            query.view(-1, self.num_heads, self.head_size)[:num_tokens],
+            key_cache, value_cache,
+            attn_metadata.block_table, attn_metadata.seq_lens, attn_metadata.query_start_loc,
+            causal=attn_metadata.causal,
+            scale=self.scale,
+            sliding_window=self.sliding_window,
+            softcap=self.logits_soft_cap,
+            out=out[:num_tokens],
+            max_query_len=attn_metadata.max_query_len or None,  # 0: an empty batch
+        )
+        return output

@@ -1,0 +1,89 @@
+"""Per-batch metadata for rocm_dflash and the builder vLLM calls to make it.
+
+The builder only re-labels ``CommonAttentionMetadata`` fields: no device work, no host
+syncs, no allocation.  That is what makes the path safe to capture in CUDA/HIP graphs and
+``build_for_drafting`` cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from vllm.v1.attention.backend import (
+    AttentionCGSupport,
+    AttentionMetadata,
+    AttentionMetadataBuilder,
+    CommonAttentionMetadata,
+)
+
+from dflash_rocm_plugin import ops
+
+
+@dataclass
+class RocmDFlashMetadata(AttentionMetadata):
+    num_actual_tokens: int  # may include padding rows past query_start_loc[-1]
+    max_query_len: int  # host-known bound, lets decode batches use small tiles
+    max_seq_len: int
+    query_start_loc: torch.Tensor  # int32 [num_reqs + 1]
+    seq_lens: torch.Tensor  # int32 [num_reqs], KV length including this step's tokens
+    block_table: torch.Tensor  # int32 [num_reqs, max_blocks]
+    slot_mapping: torch.Tensor
+    causal: bool  # False for the DFlash draft block
+
+
+class RocmDFlashMetadataBuilder(AttentionMetadataBuilder[RocmDFlashMetadata]):
+    # Full graphs for uniform batches (decode, and 1+k spec-decode / DFlash blocks): the
+    # forward allocates nothing (out= and a workspace reserved here) and never reads the
+    # device from the host.  Not ALWAYS: max_query_len is baked into a captured launch, and
+    # mixed prefill batches replayed through one graph could exceed it.
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
+    # The metadata references the runner's persistent buffers, so a draft decode graph
+    # needs no refresh (update_draft_decode_metadata is a no-op).
+    supports_draft_decode_metadata_update = True
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        model_config = vllm_config.model_config
+        parallel_config = vllm_config.parallel_config
+        num_q_heads = model_config.get_num_attention_heads(parallel_config)
+        head_size = kv_cache_spec.head_size
+        ops.reserve_workspace(device, workspace_tokens(vllm_config), num_q_heads, head_size)
+
+    def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
+              fast_build: bool = False) -> RocmDFlashMetadata:
+        cam = common_attn_metadata
+        if not isinstance(cam.causal, bool):
+            raise ValueError(
+                "rocm_dflash: per-request causal masks (a causal tensor in CommonAttentionMetadata) "
+                "are not supported; causal must be a bool for the whole batch")
+        return RocmDFlashMetadata(
+            num_actual_tokens=int(cam.num_actual_tokens),  # host ints (numpy scalars at times)
+            max_query_len=int(cam.max_query_len),
+            max_seq_len=int(cam.max_seq_len),
+            query_start_loc=cam.query_start_loc,
+            seq_lens=cam.seq_lens,
+            block_table=cam.block_table_tensor,
+            slot_mapping=cam.slot_mapping,
+            causal=cam.causal,
+        )
+
+    def build_for_drafting(self, common_attn_metadata: CommonAttentionMetadata,
+                           draft_index: int) -> RocmDFlashMetadata:
+        return self.build(0, common_attn_metadata, fast_build=True)
+
+    def update_draft_decode_metadata(self, metadata: RocmDFlashMetadata) -> None:
+        pass
+
+
+def workspace_tokens(vllm_config) -> int:
+    """Most query tokens one captured launch can hold: the split-KV scratch is sized for it.
+
+    Only graph capture forbids growing the scratch later; eager batches larger than this
+    grow it outside capture.  So the bound is the largest CUDA-graph size, capped by the
+    scheduler's token budget.
+    """
+    budget = vllm_config.scheduler_config.max_num_batched_tokens
+    captured = getattr(vllm_config.compilation_config, "max_cudagraph_capture_size", None)
+    return max(1, min(budget, captured) if captured else budget)
