@@ -1,0 +1,178 @@
+"""ops.paged_attention equals the float64 reference: named edge cases plus hypothesis-drawn shapes.
+
+Outputs are NaN-poisoned before every launch, so a row the kernel forgets to write fails the
+comparison; padding rows past the last sequence must stay poisoned (untouched).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dflash_rocm_plugin import ops, reference
+from tests.core.cases import build, poisoned_like, tolerance
+
+
+def check(case, *, causal, dtype=torch.float32, **kw):
+    out = poisoned_like(case.q)
+    got = ops.paged_attention(*case.args(), causal=causal, out=out, **kw)
+    assert got is out
+    ref_kw = {k: v for k, v in kw.items() if k in ("scale", "sliding_window", "softcap")}
+    want = reference.paged_attention(*case.args(), causal=causal, **ref_kw)
+    valid = int(case.query_start_loc[-1])
+    err = (out[:valid].double() - want[:valid]).abs().max().item() if valid else 0.0
+    assert err <= tolerance(dtype), f"max abs error {err:.3e}"
+    if case.num_padding_rows:
+        assert torch.isnan(out[valid:]).all(), "padding rows past query_start_loc[-1] were written"
+    return out
+
+
+# --- the DFlash shapes -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True], ids=["draft-noncausal", "verify-causal"])
+def test_dflash_block_of_16_over_context(causal):
+    case = build([40, 57, 16], [16, 16, 16], num_q_heads=8, num_kv_heads=2, head_dim=64)
+    check(case, causal=causal)
+
+
+def test_noncausal_differs_from_causal():
+    # Guards the test itself: if both modes agreed, the reference could not catch a mask bug.
+    case = build([40], [16])
+    a = ops.paged_attention(*case.args(), causal=True)
+    b = ops.paged_attention(*case.args(), causal=False)
+    assert (a - b).abs().max() > 1e-2
+
+
+# --- named edge cases --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_single_query_decode(causal):
+    check(build([1, 33, 70], [1, 1, 1]), causal=causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_query_covers_whole_sequence(causal):
+    check(build([5, 37], [5, 37]), causal=causal)
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 16, 64, 128])
+def test_page_sizes_and_lengths_not_multiple_of_page_or_tile(block_size):
+    check(build([1, 17, 65, 130], [1, 7, 16, 9], block_size=block_size), causal=True)
+
+
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 8, 16])
+def test_gqa_groups(group):
+    check(build([20, 45], [16, 3], num_q_heads=2 * group, num_kv_heads=2), causal=False)
+
+
+@pytest.mark.parametrize("head_dim", [64, 80, 96, 128, 192, 256])
+def test_head_dims(head_dim):
+    check(build([19, 40], [16, 2], num_q_heads=4, num_kv_heads=1, head_dim=head_dim), causal=False)
+
+
+@pytest.mark.parametrize("layout", ["kv_interleaved", "heads_major"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_strided_cache_views(layout, causal):
+    check(build([30, 18], [16, 5], layout=layout), causal=causal)
+
+
+def test_padding_rows_untouched():
+    check(build([30, 18], [16, 5], padding_rows=7), causal=True)
+
+
+def test_empty_query_sequences_in_batch():
+    check(build([30, 12, 18], [16, 0, 5]), causal=False)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [1, 4, 17])
+def test_sliding_window(causal, window):
+    check(build([40, 9], [16, 9]), causal=causal, sliding_window=window)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_softcap_and_custom_scale(causal):
+    check(build([40, 9], [16, 3]), causal=causal, softcap=2.5, scale=0.3)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_split_kv_matches_single_pass(causal):
+    case = build([300, 77, 16], [16, 1, 16], num_q_heads=8, num_kv_heads=2, head_dim=32)
+    one = check(case, causal=causal, num_kv_splits=1)
+    for splits in (2, 5):
+        many = check(case, causal=causal, num_kv_splits=splits)
+        assert (one - many).abs().max() <= 1e-5
+
+
+def test_split_kv_with_more_splits_than_key_tiles():
+    # Most splits own no keys at all and must contribute nothing (lse = -inf).
+    check(build([10, 3], [4, 1]), causal=True, num_kv_splits=8)
+
+
+def test_automatic_split_choice_small_batch_long_context():
+    check(build([700], [16], num_q_heads=4, num_kv_heads=1), causal=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_dtypes(dtype):
+    check(build([50, 20], [16, 16], dtype=dtype), causal=False, dtype=dtype)
+
+
+def test_max_query_len_hint_gives_same_result():
+    case = build([50, 20, 9], [1, 1, 1], num_q_heads=4, num_kv_heads=4)
+    a = check(case, causal=True, max_query_len=1)
+    b = check(case, causal=True)
+    assert torch.equal(a, b) or (a - b).abs().max() <= 1e-6
+
+
+def test_allocates_output_when_none_given():
+    case = build([20], [4])
+    out = ops.paged_attention(*case.args(), causal=True)
+    assert out.shape == case.q.shape and out.dtype == case.q.dtype
+    want = reference.paged_attention(*case.args(), causal=True)
+    assert (out.double() - want).abs().max() <= 2e-5
+
+
+def test_strided_output_view():
+    case = build([20, 30], [4, 16])
+    parent = torch.full((case.q.shape[0], case.q.shape[1], case.q.shape[2] * 2), float("nan"))
+    out = parent[..., ::2]
+    ops.paged_attention(*case.args(), causal=False, out=out)
+    want = reference.paged_attention(*case.args(), causal=False)
+    assert (out.double() - want).abs().max() <= 2e-5
+    assert torch.isnan(parent[..., 1::2]).all()
+
+
+# --- random shapes -----------------------------------------------------------------------------
+
+@st.composite
+def batches(draw):
+    num_seqs = draw(st.integers(1, 4))
+    seq_lens = [draw(st.integers(1, 90)) for _ in range(num_seqs)]
+    q_lens = [draw(st.integers(0 if i else 1, min(s, 20))) for i, s in enumerate(seq_lens)]
+    return dict(
+        seq_lens=seq_lens, q_lens=q_lens,
+        num_kv_heads=draw(st.sampled_from([1, 2])),
+        group=draw(st.sampled_from([1, 2, 4, 8])),
+        head_dim=draw(st.sampled_from([32, 64, 48])),
+        block_size=draw(st.sampled_from([1, 4, 16, 32])),
+        layout=draw(st.sampled_from(["contiguous", "kv_interleaved", "heads_major"])),
+        causal=draw(st.booleans()),
+        window=draw(st.one_of(st.none(), st.integers(1, 40))),
+        softcap=draw(st.one_of(st.none(), st.floats(0.5, 30.0))),
+        splits=draw(st.sampled_from([None, 1, 3])),
+        padding_rows=draw(st.integers(0, 3)),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_random_batches_match_reference(p):
+    case = build(p["seq_lens"], p["q_lens"], num_q_heads=p["num_kv_heads"] * p["group"],
+                 num_kv_heads=p["num_kv_heads"], head_dim=p["head_dim"], block_size=p["block_size"],
+                 layout=p["layout"], padding_rows=p["padding_rows"], seed=p["seed"])
+    check(case, causal=p["causal"], sliding_window=p["window"], softcap=p["softcap"],
+          num_kv_splits=p["splits"])
