@@ -124,7 +124,7 @@ def paged_attention(
         HEAD_DIM=head_dim, HEAD_DIM_PAD=cfg.head_dim_pad,
         GQA=group, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         PAGE_SIZE=block_size, CAUSAL=causal, USE_WINDOW=window > 0, USE_SOFTCAP=cap > 0.0,
-        NUM_SPLITS=cfg.num_splits, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        NUM_SPLITS=cfg.num_splits, DOT_PRECISION="ieee" if q.dtype == torch.float32 else None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if cfg.num_splits > 1:
