@@ -17,6 +17,13 @@ Masking, with ``p`` the absolute position of a query row
   * CAUSAL: key ``j`` is visible iff ``j <= p``;
   * sliding window ``W``: key ``j`` is visible iff ``p - j < W``.
 Softmax runs in base 2 with the scale folded into the exponent.
+
+The key loop runs in two phases (as in Triton's fused-attention tutorial): the
+tiles every row of the program may fully see run without any mask; the few
+tiles at the causal diagonal, the sequence end or a window edge run masked.
+The kernel is bound by HBM bandwidth (about 64 FLOP per K/V byte with a
+GQA-4 group of 16 tokens), so the hot loop must do little besides two dots
+and the exponentials while the next tiles stream in (``num_stages``).
 """
 
 import triton
@@ -48,6 +55,76 @@ def _tanh(x):
 
 
 @triton.jit
+def _attend_tile(
+    acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
+    k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
+    stride_ks, stride_kh, stride_kd, stride_kb,
+    stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
+    dims, dim_ok,
+    BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """One BLOCK_N-key step of the online softmax for all BLOCK_M query rows.
+
+    MASKED=False is the hot loop: every key of the tile exists and is visible to
+    every row, so no per-element compare/select and no -inf guards are needed.
+    """
+    LOG2E: tl.constexpr = 1.4426950408889634
+    key = kv_begin + t * BLOCK_N + tl.arange(0, BLOCK_N)
+    # A tile may span several pages (page 16 or 1): gather each key's page.
+    # Repeated block-table entries of one page hit L1, so this costs no HBM.
+    if MASKED:
+        key_ok = key < kv_end
+        page = tl.load(bt_row + (key // PAGE_SIZE) * stride_btb, mask=key_ok, other=0).to(tl.int64)
+    else:
+        page = tl.load(bt_row + (key // PAGE_SIZE) * stride_btb).to(tl.int64)
+    in_page = key % PAGE_SIZE
+    k_off = page * stride_kb + in_page * stride_ks + kv_head * stride_kh
+    v_off = page * stride_vb + in_page * stride_vs + kv_head * stride_vh
+    # K is read as [D, N] so the dot needs no transpose; each key's D values
+    # are contiguous, so the load stays coalesced along dims.
+    if MASKED:
+        k = tl.load(k_cache_ptr + k_off[None, :] + dims[:, None] * stride_kd,
+                    mask=key_ok[None, :] & dim_ok[:, None], other=0.0)
+    else:
+        k = tl.load(k_cache_ptr + k_off[None, :] + dims[:, None] * stride_kd,
+                    mask=dim_ok[:, None], other=0.0)
+    s = tl.dot(q, k, input_precision=DOT_PRECISION)
+    if USE_SOFTCAP:
+        s = softcap * _tanh(s * (scale / softcap)) * LOG2E
+    else:
+        s = s * (scale * LOG2E)
+    if MASKED:
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (key[None, :] <= q_pos[:, None])
+        if USE_WINDOW:
+            visible = visible & ((q_pos[:, None] - key[None, :]) < window)
+        s = tl.where(visible, s, float("-inf"))
+
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if MASKED:
+        # A row that has seen no key yet keeps m = -inf; shift by 0 so that
+        # exp2(-inf - -inf) never produces NaN.
+        m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_new_safe = m_new
+    p = tl.math.exp2(s - m_new_safe[:, None])
+    alpha = tl.math.exp2(m_i - m_new_safe)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if MASKED:
+        v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :] * stride_vd,
+                    mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
+    else:
+        v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :] * stride_vd,
+                    mask=dim_ok[None, :], other=0.0)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+    return acc, l_i, m_new
+
+
+@triton.jit
 def paged_attention_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
     block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
@@ -66,7 +143,6 @@ def paged_attention_kernel(
     CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    LOG2E: tl.constexpr = 1.4426950408889634
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -80,6 +156,8 @@ def paged_attention_kernel(
     seq_len = tl.load(seq_lens_ptr + seq)
     first_pos = seq_len - q_len
 
+    # Row r of the tile is query token r // GQA of this tile, query head
+    # kv_head * GQA + r % GQA: the whole GQA group shares each K/V tile.
     rows = tl.arange(0, BLOCK_M)
     q_tok = local_tile * BLOCK_Q + rows // GQA
     head = kv_head * GQA + rows % GQA
@@ -92,59 +170,47 @@ def paged_attention_kernel(
     q = tl.load(q_ptr + q_rows[:, None] + dims[None, :] * stride_qd,
                 mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
 
+    # Key range of this tile: [kv_begin, kv_end).  Keys below full_end are
+    # visible to every row, so those tiles skip the mask entirely.
+    tile_first_pos = first_pos + local_tile * BLOCK_Q
     kv_end = seq_len
+    full_end = seq_len
     if CAUSAL:
-        kv_end = tl.minimum(seq_len, first_pos + (local_tile + 1) * BLOCK_Q)
+        kv_end = tl.minimum(seq_len, tile_first_pos + BLOCK_Q)
+        full_end = tl.minimum(seq_len, tile_first_pos + 1)
     kv_begin = 0
     if USE_WINDOW:
-        kv_begin = tl.maximum(0, first_pos + local_tile * BLOCK_Q - window + 1)
+        kv_begin = tl.maximum(0, tile_first_pos - window + 1)
+        full_end = kv_begin  # the window's lower edge differs per row: mask every tile
     num_kv_tiles = tl.cdiv(kv_end - kv_begin, BLOCK_N)
+    num_full_tiles = tl.maximum(full_end - kv_begin, 0) // BLOCK_N
     tile_lo = 0
     tile_hi = num_kv_tiles
     if NUM_SPLITS > 1:
         per_split = tl.cdiv(num_kv_tiles, NUM_SPLITS)
         tile_lo = split * per_split
         tile_hi = tl.minimum(tile_lo + per_split, num_kv_tiles)
+    full_hi = tl.minimum(tile_hi, num_full_tiles)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
-    qk_scale = scale * LOG2E
     bt_row = block_table_ptr + seq.to(tl.int64) * stride_bts
-    cols = tl.arange(0, BLOCK_N)
 
-    for t in range(tile_lo, tile_hi):
-        key = kv_begin + t * BLOCK_N + cols
-        key_ok = key < kv_end
-        page = tl.load(bt_row + (key // PAGE_SIZE) * stride_btb, mask=key_ok, other=0).to(tl.int64)
-        in_page = key % PAGE_SIZE
-        k_off = page * stride_kb + in_page * stride_ks + kv_head * stride_kh
-        v_off = page * stride_vb + in_page * stride_vs + kv_head * stride_vh
-        k = tl.load(k_cache_ptr + k_off[None, :] + dims[:, None] * stride_kd,
-                    mask=key_ok[None, :] & dim_ok[:, None], other=0.0)
-        s = tl.dot(q, k, input_precision=DOT_PRECISION)
-        if USE_SOFTCAP:
-            s = softcap * _tanh(s * (scale / softcap)) * LOG2E
-        else:
-            s = s * qk_scale
-        visible = key_ok[None, :]
-        if CAUSAL:
-            visible = visible & (key[None, :] <= q_pos[:, None])
-        if USE_WINDOW:
-            visible = visible & ((q_pos[:, None] - key[None, :]) < window)
-        s = tl.where(visible, s, float("-inf"))
-
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # Rows that have seen no key yet keep m = -inf; shift by 0 so that
-        # exp2(-inf - -inf) never produces NaN.
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_safe[:, None])
-        alpha = tl.math.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :] * stride_vd,
-                    mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m_i = m_new
+    for t in range(tile_lo, full_hi):
+        acc, l_i, m_i = _attend_tile(
+            acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
+            k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
+            stride_ks, stride_kh, stride_kd, stride_kb,
+            stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
+            dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION)
+    for t in range(tl.maximum(tile_lo, full_hi), tile_hi):
+        acc, l_i, m_i = _attend_tile(
+            acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
+            k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
+            stride_ks, stride_kh, stride_kd, stride_kb,
+            stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
+            dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION)
 
     has_keys = l_i > 0.0
     acc = acc / tl.where(has_keys, l_i, 1.0)[:, None]

@@ -13,6 +13,7 @@ flight to saturate memory (split-KV when batch x KV heads is small).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import triton
@@ -33,6 +34,25 @@ class AttentionLaunch:
     num_splits: int
     num_warps: int
     num_stages: int
+
+
+# Field overrides applied by ``choose`` (benchmark sweeps only; see ``forced``).
+_forced: dict = {}
+
+
+@contextlib.contextmanager
+def forced(**fields):
+    """Within the block, every launch uses these AttentionLaunch fields (tuning sweeps)."""
+    unknown = set(fields) - {f.name for f in dataclasses.fields(AttentionLaunch)}
+    if unknown:
+        raise ValueError(f"unknown launch fields {sorted(unknown)}")
+    saved = dict(_forced)
+    _forced.update(fields)
+    try:
+        yield
+    finally:
+        _forced.clear()
+        _forced.update(saved)
 
 
 def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int, int]:
@@ -74,4 +94,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             if programs < target:
                 by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
                 num_splits = max(1, min(triton.cdiv(target, programs), by_length, MAX_SPLITS))
-    return AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages)
+    launch = AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages)
+    if _forced:
+        launch = dataclasses.replace(launch, **_forced)
+    return launch
