@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from dflash_rocm_plugin.ops import _runtime, _validate, launch_config, workspace
+from dflash_rocm_plugin.ops import _runtime, _validate, impl_select, launch_config, workspace
 
 
 def paged_attention(
@@ -100,6 +100,11 @@ def paged_attention(
         if out.shape != q.shape:
             raise ValueError(f"out has shape {tuple(out.shape)}, expected q's {tuple(q.shape)}")
     if num_tokens == 0 or num_seqs == 0:
+        return out
+    if impl_select.try_aiter_attention(
+            q, k_cache, v_cache, block_table, seq_lens, query_start_loc, out, causal=causal,
+            scale=scale, window=window, softcap=cap, max_query_len=max_query_len,
+            num_kv_splits=num_kv_splits):
         return out
 
     cfg = launch_config.choose(
