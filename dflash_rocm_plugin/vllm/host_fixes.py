@@ -1,6 +1,17 @@
 """Feature-probed runtime fixes for older vllm releases (see patches/).  Called by register()."""
 
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger("dflash_rocm_plugin.host_fixes")
+
 
 def apply() -> list:
     """Apply every fix whose probe says this vllm needs it; return their statuses.  Never raises."""
-    return []
+    try:
+        from dflash_rocm_plugin import host_fix_catalogue
+        return host_fix_catalogue.run("vllm")
+    except Exception as exc:  # noqa: BLE001 - never raise into the host
+        logger.warning("dflash_rocm_plugin: vllm host fixes could not run: %r", exc)
+        return []

