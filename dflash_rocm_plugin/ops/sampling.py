@@ -4,19 +4,37 @@ from __future__ import annotations
 
 import torch
 
-from dflash_rocm_plugin.ops import _validate
+from dflash_rocm_plugin.ops import _validate, impl_select
 
 LOGIT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def greedy_sample(logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Token ids ``[num_rows]`` int32, equal to ``torch.argmax(logits, dim=-1)`` on every row
-    (NaN rows included: torch returns the first NaN's index)."""
+    """Token ids ``[num_rows]`` int32, equal to ``torch.argmax(logits, dim=-1)`` on every row:
+    ties and all -inf rows give the first index, a row holding NaN gives its first NaN's index.
+
+    Args:
+        logits: ``[num_rows, vocab]`` float16/bfloat16/float32, any strides.
+        out: optional int32 ``[num_rows]``, written in place and returned.
+
+    No host syncs, so it can be captured in a CUDA/HIP graph.  The torch path needs one int64
+    ``[num_rows]`` temporary (``torch.argmax`` only writes int64; its ``out=`` refuses int32),
+    taken from the caching allocator, which is legal inside a capture.  A shared preallocated
+    scratch would avoid it but would race between streams.  ``DFLASH_ROCM_GREEDY_IMPL=aiter``
+    (ROCm) writes AITER's int32 ids straight into ``out`` instead; see ``ops.impl_select`` for
+    its one difference on rows that mix NaN and numbers.
+    """
     _validate.tensor("logits", logits, ndim=2, dtypes=LOGIT_DTYPES)
+    if logits.shape[1] == 0:
+        raise ValueError("logits has an empty vocabulary dimension (shape [num_rows, 0])")
     if out is not None:
         _validate.tensor("out", out, ndim=1, dtypes=(torch.int32,), device=logits.device)
         if out.shape[0] != logits.shape[0]:
             raise ValueError(f"out has {out.shape[0]} rows, logits has {logits.shape[0]}")
+    if logits.shape[0] > 0:
+        ids = impl_select.try_aiter_greedy(logits, out)
+        if ids is not None:
+            return ids
     ids = torch.argmax(logits, dim=-1)
     if out is None:
         return ids.to(torch.int32)
