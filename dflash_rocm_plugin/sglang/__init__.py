@@ -1,9 +1,15 @@
-"""SGLang adapter: ``register`` is the ``sglang.srt.plugins`` entry point."""
+"""SGLang adapter: ``register`` is the ``sglang.srt.plugins`` entry point.
 
-import logging
+``pip install dflash-rocm-plugin`` makes every SGLang process (launcher, scheduler
+and TP ranks, which are spawned and load plugins themselves) run ``register()``.
+It adds the ``rocm_dflash`` attention backend for the target model and for the
+DFLASH draft.  Nothing here imports sglang until ``register()`` runs.
+"""
 
-logger = logging.getLogger("dflash_rocm_plugin.sglang")
+from dflash_rocm_plugin.sglang.registration import (
+    BACKEND_CLASS_NAME,
+    SUPPORTED_RANGE,
+    register,
+)
 
-
-def register() -> None:
-    logger.info("dflash_rocm_plugin: the SGLang adapter is not available in this build")
+__all__ = ["register", "SUPPORTED_RANGE", "BACKEND_CLASS_NAME"]

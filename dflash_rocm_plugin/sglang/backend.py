@@ -1,0 +1,177 @@
+"""``RocmDflashAttnBackend``: SGLang's attention-backend interface over ``ops.paged_attention``.
+
+Every forward first writes this step's K/V through the pool's ``set_kv_buffer`` and then
+attends over the paged cache alone, so EXTEND (with a radix prefix), DECODE,
+TARGET_VERIFY and DRAFT_EXTEND_V2 are one ops call that differs only in metadata and
+causality.  Causality comes from the layer: ``ENCODER_ONLY`` (the DFLASH draft block)
+is non-causal, ``DECODER`` causal.  A verify ``custom_mask`` is never read: DFLASH
+verify is causal by definition, and SGLang may hand an all-True placeholder at graph
+capture (see ``registration.allow_verify_without_custom_mask``).
+"""
+
+from __future__ import annotations
+
+import torch
+from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+from sglang.srt.layers.radix_attention import AttentionType
+from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+from sglang.srt.runtime_context import get_parallel, get_spec
+
+from dflash_rocm_plugin import ops
+from dflash_rocm_plugin.sglang import metadata as md
+from dflash_rocm_plugin.sglang.config_check import check_runner
+from dflash_rocm_plugin.sglang.workspace_sizing import worst_split_launch
+
+
+def sglang_window_to_ops(sliding_window_size) -> int | None:
+    """SGLang stores window_left W (HF window - 1): keys p-W..p are visible, W+1 of them.
+    ops keeps key j iff p - j < window, so window = W + 1.  -1/None mean no window."""
+    if sliding_window_size is None or sliding_window_size < 0:
+        return None
+    return int(sliding_window_size) + 1
+
+
+def layer_is_causal(layer) -> bool:
+    if layer.is_cross_attention:
+        raise NotImplementedError("rocm_dflash: cross-attention layers are not supported")
+    if layer.attn_type == AttentionType.ENCODER_ONLY:
+        return False
+    if layer.attn_type == AttentionType.DECODER:
+        return True
+    raise NotImplementedError(f"rocm_dflash: attention type {layer.attn_type.name} is not supported")
+
+
+def paged_view(buffer: torch.Tensor, page_size: int) -> torch.Tensor:
+    """[slots, H, D] token pool -> [pages, page_size, H, D] view (no copy)."""
+    whole = buffer.shape[0] - buffer.shape[0] % page_size
+    return buffer[:whole].view(whole // page_size, page_size, *buffer.shape[1:])
+
+
+class RocmDflashAttnBackend(AttentionBackend):
+    # Metadata is built from device tensors; seq_lens_cpu / seq_lens_sum are never read.
+    needs_cpu_seq_lens = False
+
+    def __init__(self, model_runner):
+        check_runner(model_runner)
+        super().__init__()
+        mc = model_runner.model_config
+        tp = get_parallel().attn_tp_size
+        self.device = torch.device(model_runner.device)
+        self.page_size = getattr(model_runner, "page_size", 1) or 1
+        self.req_to_token = model_runner.req_to_token_pool.req_to_token
+        self.token_to_kv_pool = model_runner.token_to_kv_pool
+        self.kv_index_translator = model_runner.kv_index_translator
+        self.num_q_heads = mc.get_max_num_attention_heads() // tp
+        self.num_kv_heads = mc.get_num_kv_heads(tp, get_parallel().attn_dcp_size)
+        self.head_dim = mc.head_dim
+        self.verify_tokens = int(model_runner.decode_num_tokens_per_req())
+        self.draft_extend_tokens = int(get_spec().speculative_num_draft_tokens or 1)
+        self.pages_per_row = md.pages_per_row(self.req_to_token, self.page_size)
+        self.forward_metadata = None
+        self._graph: md.GraphBuffers | None = None
+        splits, tokens = self._worst_split_launch(model_runner.req_to_token_pool.size)
+        if splits:
+            ops.reserve_workspace(self.device, tokens, self.num_q_heads, self.head_dim, max_splits=splits)
+
+    # ---- metadata ---------------------------------------------------------------------
+
+    def _worst_split_launch(self, max_bs: int) -> tuple[int, int]:
+        return worst_split_launch(
+            max_bs=max_bs, rows_per_request=tuple(sorted({1, self.verify_tokens, self.draft_extend_tokens})),
+            num_q_heads=self.num_q_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+            kv_capacity=self.pages_per_row * self.page_size, device_index=self.device.index)
+
+    def _layout(self, fb, bs: int):
+        return md.query_layout(fb, bs, verify_tokens=self.verify_tokens,
+                               draft_extend_tokens=self.draft_extend_tokens)
+
+    def init_forward_metadata(self, forward_batch):
+        """Eager batches: fresh metadata tensors."""
+        bs = forward_batch.batch_size
+        if forward_batch.forward_mode.is_idle():
+            bs = 0
+        kv_lens, rows, max_q = self._layout(forward_batch, bs)
+        block_table = torch.empty((bs, self.pages_per_row), dtype=torch.int32, device=self.device)
+        md.fill_block_table(self.kv_index_translator, forward_batch, bs, self.page_size, block_table)
+        qsl = torch.empty((bs + 1,), dtype=torch.int32, device=self.device)
+        md.fill_query_start_loc(rows, bs, qsl)
+        self.forward_metadata = md.PagedMetadata(block_table, kv_lens.to(torch.int32), qsl, max_q)
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int, **_unused):
+        splits, tokens = self._worst_split_launch(max_bs)
+        floats = ops_workspace_floats(splits, tokens, self.num_q_heads, self.head_dim)
+        self._graph = md.GraphBuffers.allocate(max_bs, self.pages_per_row, self.device, floats)
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
+        """Capture and replay: refill the address-stable buffers the graph reads."""
+        g = self._graph
+        if g is None:
+            raise RuntimeError("rocm_dflash: init_cuda_graph_state must run before graph metadata")
+        mode = forward_batch.forward_mode
+        if not (mode.is_decode_or_idle() or mode.is_target_verify() or mode.is_draft_extend_v2()):
+            raise ValueError(f"rocm_dflash: forward mode {mode.name} cannot run in a graph")
+        bs = forward_batch.batch_size
+        kv_lens, rows, max_q = self._layout(forward_batch, bs)
+        md.fill_block_table(self.kv_index_translator, forward_batch, bs, self.page_size, g.block_table)
+        g.seq_lens[:bs].copy_(kv_lens)
+        md.fill_query_start_loc(rows, bs, g.query_start_loc)
+        self.forward_metadata = md.PagedMetadata(
+            g.block_table, g.seq_lens[:bs], g.query_start_loc[: bs + 1], max_q, g.workspace)
+
+    def init_forward_metadata_in_graph(self, forward_batch):
+        pass  # everything is prepared out of graph
+
+    def get_cuda_graph_seq_len_fill_value(self):
+        return 1
+
+    # ---- forward ----------------------------------------------------------------------
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        return self._forward(q, k, v, layer, forward_batch, save_kv_cache, layer_is_causal(layer), kwargs)
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        # One query at the newest position: causal and non-causal coincide.
+        return self._forward(q, k, v, layer, forward_batch, save_kv_cache, True, kwargs)
+
+    def _forward(self, q, k, v, layer, fb, save_kv_cache, causal, kwargs):
+        _reject_unsupported(layer, fb, kwargs)
+        if save_kv_cache and k is not None:
+            # k is None on the fused AITER Qwen3 decode path, which wrote K/V itself.
+            self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc.for_batch(fb), k, v)
+        meta = self.forward_metadata
+        num_heads, head_dim = layer.tp_q_head_num, layer.qk_head_dim
+        out = getattr(fb, "_attn_output", None)
+        if out is None:
+            out = q.new_empty((q.shape[0], num_heads * head_dim))
+        ops.paged_attention(
+            q.reshape(-1, num_heads, head_dim),
+            paged_view(self.token_to_kv_pool.get_key_buffer(layer.layer_id), self.page_size),
+            paged_view(self.token_to_kv_pool.get_value_buffer(layer.layer_id), self.page_size),
+            meta.block_table, meta.seq_lens, meta.query_start_loc,
+            causal=causal, scale=layer.scaling,
+            sliding_window=sglang_window_to_ops(layer.sliding_window_size),
+            softcap=layer.logit_cap if layer.logit_cap and layer.logit_cap > 0 else None,
+            out=out.view(-1, num_heads, head_dim), max_query_len=meta.max_query_len,
+            workspace_buffer=meta.workspace,
+        )
+        return out
+
+
+def ops_workspace_floats(splits: int, tokens: int, num_q_heads: int, head_dim: int) -> int:
+    from dflash_rocm_plugin.ops import workspace
+
+    return workspace.elements(splits, tokens, num_q_heads, head_dim) if splits else 0
+
+
+def _reject_unsupported(layer, fb, kwargs) -> None:
+    extra = [name for name in ("sinks", "score_mod", "aux_tensors") if kwargs.get(name) is not None]
+    if extra:
+        raise NotImplementedError(f"rocm_dflash: attention with {', '.join(extra)} is not supported")
+    if layer.qk_head_dim != layer.v_head_dim:
+        raise NotImplementedError("rocm_dflash: layers with v_head_dim != head_dim are not supported")
+    if layer.logit_cap and layer.logit_cap > 0 and layer.logit_capping_method != "tanh":
+        raise NotImplementedError(f"rocm_dflash: logit capping '{layer.logit_capping_method}' is not supported")
+    if layer.k_scale_float not in (None, 1.0) or layer.v_scale_float not in (None, 1.0):
+        raise NotImplementedError("rocm_dflash: scaled (quantized) K/V is not supported")
+    if getattr(fb, "mha_return_lse", False):
+        raise NotImplementedError("rocm_dflash: returning the softmax LSE is not supported")

@@ -1,0 +1,106 @@
+"""Translate an SGLang ``ForwardBatch`` into ``ops.paged_attention``'s arguments.
+
+ops wants, per request, the KV length *including* this step's tokens (their K/V are
+written before attention), the query rows, and a block table of pages.  SGLang's
+token pool is viewed as ``[pages, page_size, heads, head_dim]``; slot ``s`` lives in
+page ``s // page_size`` at offset ``s % page_size`` and SGLang allocates pages so that
+a request's position ``p`` sits at offset ``p % page_size``.  The block table row of a
+request is therefore its ``req_to_token`` row (page size 1) or every ``page_size``-th
+entry divided by ``page_size``.
+
+Per mode (``seq_lens`` is SGLang's ``forward_batch.seq_lens``):
+  DECODE          kv = seq_lens (includes the new token)            1 query row
+  TARGET_VERIFY   kv = seq_lens + n (seq_lens excludes the block)   n rows (draft block)
+  EXTEND & co.    kv = extend_prefix_lens + extend_seq_lens         extend_seq_lens rows
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass
+class PagedMetadata:
+    block_table: torch.Tensor      # int32 [>= num_seqs, pages_per_row]
+    seq_lens: torch.Tensor         # int32 [num_seqs]
+    query_start_loc: torch.Tensor  # int32 [num_seqs + 1]
+    max_query_len: int | None      # host-known bound on rows per request, or None
+    workspace: torch.Tensor | None = None  # split-KV scratch reserved for graphs
+
+
+@dataclasses.dataclass
+class GraphBuffers:
+    """Address-stable metadata tensors that captured graphs read at replay."""
+
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+    workspace: torch.Tensor | None
+
+    @classmethod
+    def allocate(cls, max_bs: int, pages_per_row: int, device, workspace_floats: int) -> "GraphBuffers":
+        return cls(
+            block_table=torch.zeros((max_bs, pages_per_row), dtype=torch.int32, device=device),
+            seq_lens=torch.ones((max_bs,), dtype=torch.int32, device=device),
+            query_start_loc=torch.zeros((max_bs + 1,), dtype=torch.int32, device=device),
+            workspace=(torch.empty(workspace_floats, dtype=torch.float32, device=device)
+                       if workspace_floats else None),
+        )
+
+
+def tokens_per_request(spec_info, default: int) -> int:
+    """Query rows per request in TARGET_VERIFY (the draft block size)."""
+    n = getattr(spec_info, "num_tokens_per_req", -1) if spec_info is not None else -1
+    if n is None or n <= 0:
+        n = getattr(spec_info, "draft_token_num", None) or default
+    return int(n)
+
+
+def query_layout(fb, bs: int, *, verify_tokens: int, draft_extend_tokens: int):
+    """(kv_lens [bs] tensor, rows per request int or extend_seq_lens tensor, max_query_len)."""
+    mode = fb.forward_mode
+    if mode.is_decode_or_idle():
+        return fb.seq_lens[:bs], 1, 1
+    if mode.is_target_verify():
+        n = tokens_per_request(fb.spec_info, verify_tokens)
+        return fb.seq_lens[:bs] + n, n, n
+    if mode.is_dllm_extend():
+        raise NotImplementedError("rocm_dflash: DLLM_EXTEND batches are not supported")
+    if mode.is_draft_extend_v2() and getattr(fb, "extend_prefix_lens", None) is None:
+        # Graph-shaped draft extend: a fixed number of rows per request, seq_lens
+        # counting them; the prefix is what precedes them.
+        n = draft_extend_tokens
+        ext = getattr(fb.spec_info, "extend_seq_lens_tensor", None)
+        prefix = fb.seq_lens[:bs] if ext is None else (fb.seq_lens[:bs] - ext[:bs]).clamp_min(0)
+        return prefix + n, n, n
+    ext = fb.extend_seq_lens[:bs]
+    ext_cpu = getattr(fb, "extend_seq_lens_cpu", None)
+    max_q = int(max(ext_cpu)) if ext_cpu is not None and len(ext_cpu) else None
+    return fb.extend_prefix_lens[:bs] + ext, ext, max_q
+
+
+def fill_query_start_loc(rows, bs: int, out: torch.Tensor) -> None:
+    """out[: bs + 1] = [0, cumsum(rows)] for a per-request count or an int."""
+    if isinstance(rows, int):
+        torch.arange(0, (bs + 1) * rows, rows, dtype=torch.int32, device=out.device, out=out[: bs + 1])
+    else:
+        out[0] = 0
+        out[1 : bs + 1].copy_(torch.cumsum(rows, dim=0))
+
+
+def pages_per_row(req_to_token: torch.Tensor, page_size: int) -> int:
+    return -(-req_to_token.shape[1] // page_size)
+
+
+def fill_block_table(translator, fb, bs: int, page_size: int, out: torch.Tensor) -> None:
+    """out[:bs] = page ids of each request's KV, read through the runner's translator."""
+    src = translator.read_source(fb.kv_loc_plan, req_pool_indices=fb.req_pool_indices, bs=bs)
+    if src.v2p is not None or src.entry_page_size != 1:
+        raise NotImplementedError("rocm_dflash: translated (unified) KV index tables are not supported")
+    slots = src.ids if page_size == 1 else src.ids[:, ::page_size]
+    rows = src.row_ids[:bs].to(torch.long)
+    torch.index_select(slots, 0, rows, out=out[:bs])
+    if page_size > 1:
+        out[:bs].floor_divide_(page_size)
