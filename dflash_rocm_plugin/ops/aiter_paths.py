@@ -116,8 +116,8 @@ def load() -> tuple[object | None, str | None, str | None]:
 class KernelPath:
     """One AITER entry point (e.g. ``mha_batch_prefill_func``) and whether it may still be used."""
 
-    def __init__(self, name: str, attr: str, env: str):
-        self.name, self.attr, self.env = name, attr, env
+    def __init__(self, name: str, attr: str, env: str, fallback: str):
+        self.name, self.attr, self.env, self.fallback = name, attr, env, fallback
         self.disabled_reason: str | None = None
 
     def resolve(self, *, forced: bool):
@@ -135,9 +135,8 @@ class KernelPath:
         if forced:
             raise AiterUnavailable(
                 f"{self.env}=aiter, but the AITER {self.name} kernel cannot run: {reason}. "
-                f"Unset {self.env} (auto) to use the plugin's own kernels")
-        warn_once(f"unavailable:{reason}",
-                  f"AITER {self.name} path unavailable, using the plugin's own kernel: {reason}")
+                f"Unset {self.env} (auto) to use {self.fallback}")
+        warn_once(f"unavailable:{reason}", f"AITER {self.name} path unavailable, using {self.fallback}: {reason}")
         return None
 
     def disable(self, exc: BaseException) -> None:
@@ -146,8 +145,8 @@ class KernelPath:
             if first:
                 self.disabled_reason = f"raised {type(exc).__name__}: {exc}"
         if first:
-            logger.warning("AITER %s (aiter.%s) raised %s: %s; disabled for this process, using the "
-                           "plugin's own kernel instead", self.name, self.attr, type(exc).__name__, exc)
+            logger.warning("AITER %s (aiter.%s) raised %s: %s; disabled for this process, using %s "
+                           "instead", self.name, self.attr, type(exc).__name__, exc, self.fallback)
 
     def status(self) -> str | None:
         """Why this path cannot be used now (None when it can), without raising or warning."""

@@ -43,8 +43,9 @@ AITER_ATTENTION_MAX_HEAD_DIM = 128  # CK batch-prefill instances cover hdim <= 1
 AITER_GREEDY_DTYPES = (torch.float16, torch.bfloat16)  # fp32 can hold -FLT_MAX, AITER's seed
 AITER_GREEDY_VOCAB_MULTIPLE = 16  # AITER reads 16-wide vectors; a ragged tail reads past the row
 
-ATTENTION = aiter_paths.KernelPath("paged attention", "mha_batch_prefill_func", ATTENTION_ENV)
-GREEDY = aiter_paths.KernelPath("greedy sampling", "greedy_sample", GREEDY_ENV)
+ATTENTION = aiter_paths.KernelPath("paged attention", "mha_batch_prefill_func", ATTENTION_ENV,
+                                   "the plugin's Triton kernel")
+GREEDY = aiter_paths.KernelPath("greedy sampling", "greedy_sample", GREEDY_ENV, "torch.argmax")
 
 
 def policy(env: str, choices: tuple[str, ...]) -> str:
@@ -62,7 +63,7 @@ def _require_rocm(env: str) -> None:
     if not _runtime.is_rocm():
         raise aiter_paths.AiterUnavailable(
             f"{env}=aiter, but AITER kernels need a ROCm build of torch (torch.version.hip is None "
-            f"here); unset {env} (auto) to use the plugin's own kernels")
+            f"here); unset {env} (auto) to use the plugin's own implementation")
 
 
 # ----------------------------------------------------------------------------- attention
@@ -221,7 +222,8 @@ def describe(device=None) -> dict:
         needs_aiter = True
         why = path.status()
         if why is not None:
-            entry.update(impl="error" if chosen == "aiter" else own, reason=why)
+            failed_here = chosen == "aiter" and path.disabled_reason is None
+            entry.update(impl="error" if failed_here else own, reason=why)
         elif op == "attention":
             entry.update(impl="aiter+triton",
                          reason="AITER mha_batch_prefill_func for non-causal fp16/bf16 calls with "
