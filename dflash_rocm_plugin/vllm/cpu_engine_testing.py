@@ -1,9 +1,76 @@
-"""Test-only: put the plugin backend into vLLM's CPU_ATTN slot so the CPU engine runs it.
+"""Test-only: let vLLM's CPU engine run the rocm_dflash backend, so CI can drive the real V1
+engine (DFlash included) through the plugin on a machine without a GPU.
 
-Enabled only when DFLASH_ROCM_TEST_CPU_ENGINE=1; never in production.
+Enabled only when ``DFLASH_ROCM_TEST_CPU_ENGINE=1``; never in production.
+
+Why a switch is needed at all: vLLM's CPU platform ignores the attention backend the user
+selects and always returns the ``CPU_ATTN`` class path (``CpuPlatform.get_attn_backend_cls``).
+Overriding that one slot with the plugin's class makes both the target (causal) and the
+DFlash draft (non-causal) layers run on the plugin.  The backend's ``get_name()`` still
+resolves through its own alias, so the layers report ``CUSTOM``, not ``CPU_ATTN``.
+
+The plugin's kernels import ``triton`` directly (not vLLM's placeholder ``triton_utils``,
+which the CPU build switches off), so all they need is ``TRITON_INTERPRET=1``.  It must be set
+before ``triton`` is first imported, not merely before the kernels are: Triton decorates its
+own ``tl.cdiv`` & co. at import, and an interpreted kernel cannot call a helper decorated
+without the interpreter.  ``import vllm`` imports triton, so by the time this runs it is too
+late to set it; the test environment sets it at process start and this only checks.  No CUDA
+query (``torch.cuda.get_device_capability``) is made on the path, and vLLM's own Triton helpers
+keep their C++ replacements, so nothing else is patched.
 """
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+logger = logging.getLogger("dflash_rocm_plugin.vllm")
+
+SWITCH = "DFLASH_ROCM_TEST_CPU_ENGINE"
+
+
+def requested() -> bool:
+    return os.environ.get(SWITCH, "").strip() == "1"
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").strip() not in ("", "0")
 
 
 def maybe_enable() -> bool:
-    """Return True when the CPU-engine test hooks were installed."""
-    return False
+    """Install the CPU-engine test hooks when the switch is on; True when installed.  Never raises."""
+    if not requested():
+        return False
+    try:
+        return _enable()
+    except Exception as exc:
+        logger.warning("dflash_rocm_plugin: %s=1 but the CPU-engine test hooks failed: %r", SWITCH, exc)
+        return False
+
+
+def _enable() -> bool:
+    from vllm.platforms import current_platform
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    from dflash_rocm_plugin.vllm.registration import BACKEND_PATH
+
+    if not current_platform.is_cpu():
+        logger.warning("dflash_rocm_plugin: %s=1 only applies to vLLM's CPU platform; ignored on %s",
+                       SWITCH, type(current_platform).__name__)
+        return False
+
+    # On the CPU platform Triton can only run interpreted.
+    if not _interpreting():
+        if "triton" in sys.modules:
+            logger.warning(
+                "dflash_rocm_plugin: %s=1 needs TRITON_INTERPRET=1 in the environment before the "
+                "process starts (triton is already imported, so setting it now is too late); the "
+                "CPU_ATTN slot is left to vLLM", SWITCH)
+            return False
+        os.environ["TRITON_INTERPRET"] = "1"
+
+    register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_PATH)
+    logger.warning("dflash_rocm_plugin: TEST ONLY (%s=1): vLLM's CPU_ATTN slot now runs %s",
+                   SWITCH, BACKEND_PATH)
+    return True

@@ -1,0 +1,156 @@
+"""One offline vLLM engine run on the CPU platform, recorded as JSON (run in a fresh process).
+
+    python -m tests.e2e_vllm_cpu.engine_run --target DIR [--draft DIR] --max-tokens N --out FILE
+
+The attention backend is chosen by the environment the caller passes: with
+``DFLASH_ROCM_TEST_CPU_ENGINE=1`` the plugin's entry point puts rocm_dflash into the CPU_ATTN
+slot; without it vLLM's own CPU_ATTN runs.  Everything runs in this process (V1 model runner,
+no engine-core subprocess) so the probes below see every call:
+
+* ``drafts``: the token ids ``DFlashProposer.propose`` returned, call by call;
+* ``impl_calls``: attention-impl ``forward`` calls per impl class, split causal / non-causal,
+  with the layer names that made them; ``kv_updates``: ``do_kv_cache_update`` calls;
+* ``ops_calls``: ``dflash_rocm_plugin.ops.paged_attention`` calls by ``causal`` flag;
+* ``metrics``: the engine's spec-decode counters; ``outputs``: greedy token ids per prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import importlib
+import json
+import os
+import sys
+
+PROMPTS = [[11, 57, 103, 7, 250], [3, 99, 100, 101, 17, 44, 301, 88, 5, 12, 400],
+           [42] * 3 + list(range(200, 223)), [9, 8, 7, 6, 5, 4, 3]]
+
+
+def _wrap(owner, name, record):
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        result = original(*args, **kwargs)
+        record(args, kwargs, result)
+        return result
+
+    setattr(owner, name, wrapper)
+
+
+def _causal_flag(meta) -> str:
+    causal = getattr(meta, "causal", None)
+    if causal is None:
+        return "unknown"
+    if not isinstance(causal, bool):  # a per-request tensor
+        return "mixed"
+    return "causal" if causal else "non_causal"
+
+
+def install_probes(rec: dict) -> None:
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    active = AttentionBackendEnum.CPU_ATTN.get_class()
+    module, _, name = AttentionBackendEnum.CPU_ATTN.value.rpartition(".")
+    default = getattr(importlib.import_module(module), name)  # vLLM's own, whatever the override
+    rec["cpu_attn_slot"] = f"{active.__module__}.{active.__qualname__}"
+    impl_calls = rec["impl_calls"] = {}
+    kv_updates = rec["kv_updates"] = collections.Counter()
+    for backend in {active, default}:
+        impl = backend.get_impl_cls()
+        key = f"{impl.__module__}.{impl.__qualname__}"
+        calls = impl_calls[key] = {"causal": 0, "non_causal": 0, "mixed": 0, "unknown": 0, "layers": {}}
+
+        def on_forward(args, kwargs, result, calls=calls):
+            # forward(self, layer, query, key, value, kv_cache, attn_metadata, output, ...)
+            meta = kwargs.get("attn_metadata", args[6] if len(args) > 6 else None)
+            if meta is None:  # profiling run
+                return
+            flag = _causal_flag(meta)
+            calls[flag] += 1
+            layer = getattr(args[1], "layer_name", "?")
+            calls["layers"].setdefault(flag, set()).add(layer)
+
+        _wrap(impl, "forward", on_forward)
+        if hasattr(impl, "do_kv_cache_update"):
+            _wrap(impl, "do_kv_cache_update", lambda a, k, r, key=key: kv_updates.update([key]))
+
+    try:  # the plugin's numerics entry point (only meaningful when it is installed)
+        from dflash_rocm_plugin import ops
+    except ImportError:
+        return
+    ops_calls = rec["ops_calls"] = collections.Counter()
+    _wrap(ops, "paged_attention",
+          lambda a, k, r: ops_calls.update(["causal" if k.get("causal") else "non_causal"]))
+    _wrap(ops, "write_kv_cache", lambda a, k, r: ops_calls.update(["write_kv_cache"]))
+
+
+def install_draft_probe(rec: dict) -> None:
+    from vllm.v1.spec_decode.dflash import DFlashProposer
+
+    drafts = rec["drafts"] = []
+
+    def on_propose(args, kwargs, result):
+        ids = result[0] if isinstance(result, tuple) else result
+        drafts.append(ids.tolist())
+
+    _wrap(DFlashProposer, "propose", on_propose)
+
+
+def spec_metrics(llm) -> dict:
+    out = {}
+    for m in llm.get_metrics():
+        if m.name.startswith("vllm:spec_decode"):
+            out[m.name] = getattr(m, "value", None) if hasattr(m, "value") else list(m.values)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--target", required=True)
+    p.add_argument("--draft")
+    p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+
+    # The V1 runner (where DFlashProposer lives) and no engine-core subprocess.
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+    import vllm.plugins
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    rec: dict = {"pid": os.getpid()}
+    vllm.plugins.load_general_plugins()  # what EngineArgs does first; probes need the final slot
+    from dflash_rocm_plugin.vllm import cpu_engine_testing
+    rec["switch"] = cpu_engine_testing.requested()
+    install_probes(rec)
+    install_draft_probe(rec)
+
+    kwargs = dict(model=a.target, dtype="float32", enforce_eager=True, max_model_len=256,
+                  max_num_seqs=len(PROMPTS), max_num_batched_tokens=256, seed=0,
+                  disable_log_stats=False, block_size=32)
+    if a.draft:
+        from tests.e2e_vllm_cpu.tiny_checkpoints import DRAFT_BLOCK
+        kwargs["speculative_config"] = {"method": "dflash", "model": a.draft,
+                                        "num_speculative_tokens": DRAFT_BLOCK - 1}
+    llm = LLM(**kwargs)
+    params = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=True)
+    results = llm.generate([TokensPrompt(prompt_token_ids=t) for t in PROMPTS], params, use_tqdm=False)
+    rec["outputs"] = [list(r.outputs[0].token_ids) for r in results]
+    rec["metrics"] = spec_metrics(llm)
+    rec["triton_interpret"] = os.environ.get("TRITON_INTERPRET")
+    for calls in rec["impl_calls"].values():
+        calls["layers"] = {k: sorted(v) for k, v in calls["layers"].items()}
+    with open(a.out, "w") as f:
+        json.dump(rec, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

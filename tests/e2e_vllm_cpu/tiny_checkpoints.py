@@ -1,0 +1,109 @@
+"""Tiny random-weight checkpoints written in their published formats (nothing is downloaded).
+
+* target: a Hugging Face Qwen3 directory (``save_pretrained``, float32) with a WordLevel tokenizer.
+* draft: a DFlash draft directory: ``config.json`` (``architectures: [DFlashDraftModel]``,
+  ``block_size``, ``dflash_config.{mask_token_id,target_layer_ids}``) and ``model.safetensors``
+  with ``fc``, ``hidden_norm``, ``layers.N...`` and ``norm`` (no embedding / lm_head: vLLM
+  shares the target's).
+
+Weights are redrawn with std 0.2 so greedy argmaxes are far from ties and fp32 reduction
+order (CPU_ATTN vs the plugin's kernels) cannot flip a token.  head_dim 32: CPU_ATTN's
+smallest supported size.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+VOCAB = 512
+HIDDEN = 128
+HEADS, KV_HEADS, HEAD_DIM = 4, 2, 32
+TARGET_LAYERS = 4
+DRAFT_BLOCK = 4  # bonus token + 3 mask tokens: num_speculative_tokens = 3
+MASK_TOKEN_ID = VOCAB - 1
+TARGET_LAYER_IDS = [1, 2]  # DFlash convention: output of decoder layer i
+STD = 0.2
+
+_COMMON = {
+    "vocab_size": VOCAB, "hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN,
+    "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
+    "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+    "hidden_act": "silu", "attention_bias": False, "tie_word_embeddings": False,
+}
+
+
+def write_target(path: Path, seed: int = 0) -> str:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(num_hidden_layers=TARGET_LAYERS, bos_token_id=1, eos_token_id=2,
+                         pad_token_id=0, **_COMMON)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config).to(torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:  # matrices and embeddings; norms stay at 1
+                p.normal_(0.0, STD)
+    model.save_pretrained(path, safe_serialization=True)
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, VOCAB)}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                            pad_token="<pad>", unk_token="<pad>").save_pretrained(path)
+    return str(path)
+
+
+def draft_config(causal: bool = False) -> dict:
+    dflash = {"mask_token_id": MASK_TOKEN_ID, "target_layer_ids": TARGET_LAYER_IDS}
+    if causal:  # sanity variant only: a causal draft is a different (wrong) DFlash draft
+        dflash["causal"] = True
+    return {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", **_COMMON,
+            "num_hidden_layers": 1, "block_size": DRAFT_BLOCK, "num_target_layers": TARGET_LAYERS,
+            "dflash_config": dflash, "torch_dtype": "float32"}
+
+
+def draft_weights(seed: int = 1) -> dict:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+
+    def mat(rows, cols):
+        return torch.randn(rows, cols, generator=g) * STD
+
+    ones = torch.ones
+    q, kv, ffn = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, 2 * HIDDEN
+    w = {"fc.weight": mat(HIDDEN, HIDDEN * len(TARGET_LAYER_IDS)),
+         "hidden_norm.weight": ones(HIDDEN), "norm.weight": ones(HIDDEN)}
+    p = "layers.0."
+    w.update({
+        p + "self_attn.q_proj.weight": mat(q, HIDDEN), p + "self_attn.k_proj.weight": mat(kv, HIDDEN),
+        p + "self_attn.v_proj.weight": mat(kv, HIDDEN), p + "self_attn.o_proj.weight": mat(HIDDEN, q),
+        p + "self_attn.q_norm.weight": ones(HEAD_DIM), p + "self_attn.k_norm.weight": ones(HEAD_DIM),
+        p + "mlp.gate_proj.weight": mat(ffn, HIDDEN), p + "mlp.up_proj.weight": mat(ffn, HIDDEN),
+        p + "mlp.down_proj.weight": mat(HIDDEN, ffn),
+        p + "input_layernorm.weight": ones(HIDDEN), p + "post_attention_layernorm.weight": ones(HIDDEN),
+    })
+    return {k: v.to(torch.float32).contiguous() for k, v in w.items()}
+
+
+def write_draft(path: Path, causal: bool = False) -> str:
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(draft_config(causal), indent=1))
+    save_file(draft_weights(), str(path / "model.safetensors"))
+    return str(path)
+
+
+def write_all(root: Path) -> dict:
+    """``{"target", "draft", "draft_causal"}`` directories under ``root`` (same draft weights)."""
+    return {"target": write_target(root / "target"), "draft": write_draft(root / "draft"),
+            "draft_causal": write_draft(root / "draft_causal", causal=True)}
+
+
+if __name__ == "__main__":
+    import sys
+    print(json.dumps(write_all(Path(sys.argv[1]))))
