@@ -184,7 +184,17 @@ def try_aiter_greedy(logits: torch.Tensor, out: torch.Tensor | None) -> torch.Te
 def describe(device=None) -> dict:
     """Active implementation of each op and why; never raises, never launches a kernel.
 
-    ``device`` (optional) names the GPU whose architecture is reported.
+    ``device`` (optional) names the GPU whose architecture is reported.  Shape::
+
+        {"platform": {"rocm": bool, "hip": str | None, "arch": "gfx942" | "sm_90" | "cpu"},
+         "attention": {"policy": "auto", "env": ..., "impl": "triton" | "aiter+triton" | "error",
+                       "reason": str},
+         "greedy_sample": {"policy": ..., "env": ..., "impl": "torch" | "aiter" | "error", "reason": str},
+         "aiter": {"min_version": "0.1.16", "version": str | None, "usable": bool | None,
+                   "reason": str | None}}
+
+    ``impl == "error"`` means the next call will raise (forced ``aiter`` that cannot run, or an
+    invalid variable value).  On ROCm it may import AITER (once per process) to answer.
     """
     rocm = _runtime.is_rocm()
     info: dict = {
