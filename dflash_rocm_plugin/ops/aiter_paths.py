@@ -9,7 +9,7 @@ Version gate: AITER ``>= 0.1.16`` (release; ``0.1.16.devN``/``rc`` builds count 
   * ``mha_batch_prefill_func(..., block_table=, seqlen_k=)`` (vLLM-style 2-D block table)
     arrived with aiter PR #1754 (2026-01-13; first release v0.1.12).
   * The Triton ``flash_attn_with_kvcache`` paged path lost its ``.item()`` host syncs in
-    PR #2096 (2026-03-02; first release v0.1.14) and its ``cache_seqlens.max().item()`` in
+    PR #2096 (2026-03-02; first release v0.1.12) and its ``cache_seqlens.max().item()`` in
     PR #2764 (2026-06-02; first release v0.1.16).  Releases before v0.1.16 break CUDA/HIP
     graph capture, which every serving host uses, so v0.1.16 is the first trusted release.
 The version comes from ``aiter.__version__`` or the ``amd-aiter`` distribution metadata;
