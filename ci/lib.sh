@@ -47,6 +47,11 @@ env_dir() {
         fi
         touch "$dir/.complete"
         log "environment '$name' ready"
+        # Environments of older pins of this spec are dead weight (several GB each).
+        local old
+        for old in "$DFLASH_CI_CACHE/$name"-*; do
+            [[ "$old" != "$dir" && -f "$old/.complete" ]] && rm -rf "$old"
+        done
     fi
     # The plugin itself is installed on every run: the cached venv may have seen another checkout.
     quiet_pip "$dir" install --no-deps --no-build-isolation -e "$REPO_ROOT"
