@@ -137,7 +137,7 @@ class RocmDflashAttnBackend(AttentionBackend):
         _reject_unsupported(layer, fb, kwargs)
         if save_kv_cache and k is not None:
             # k is None on the fused AITER Qwen3 decode path, which wrote K/V itself.
-            self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc.for_batch(fb), k, v)
+            self.token_to_kv_pool.set_kv_buffer(layer, write_loc(fb), k, v)
         meta = self.forward_metadata
         num_heads, head_dim = layer.tp_q_head_num, layer.qk_head_dim
         out = getattr(fb, "_attn_output", None)
@@ -155,6 +155,13 @@ class RocmDflashAttnBackend(AttentionBackend):
             workspace_buffer=meta.workspace,
         )
         return out
+
+
+def write_loc(fb):
+    """The batch's KV write target; ``for_batch`` carries the physical mark (sglang >= 0.5.23)."""
+    if hasattr(KVWriteLoc, "for_batch"):
+        return KVWriteLoc.for_batch(fb)
+    return KVWriteLoc(fb.out_cache_loc)
 
 
 def ops_workspace_floats(splits: int, tokens: int, num_q_heads: int, head_dim: int) -> int:

@@ -55,7 +55,7 @@ def check_runner(runner) -> None:
 
     if get_parallel().attn_dcp_size > 1:
         _reject("decode context parallelism (attn_dcp_size > 1) is not supported")
-    if getattr(get_exec().dllm, "dllm_algorithm", None) is not None:
+    if _dllm_algorithm(get_exec()) is not None:
         _reject("diffusion LLM decoding is not supported")
     algo = getattr(runner, "spec_algorithm", None)
     if algo is not None and not (algo.is_none() or algo.is_dflash_family()):
@@ -64,3 +64,10 @@ def check_runner(runner) -> None:
         if not chain:
             _reject(f"speculative algorithm {algo.name} with tree-shaped verify masks is not supported "
                     "(DFLASH, or EAGLE/STANDALONE with --speculative-eagle-topk 1)")
+
+
+def _dllm_algorithm(exec_cfg):
+    try:  # the dllm config group is absent in older releases
+        return exec_cfg.dllm.dllm_algorithm
+    except Exception:  # noqa: BLE001
+        return None

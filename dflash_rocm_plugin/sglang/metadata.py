@@ -94,10 +94,17 @@ def pages_per_row(req_to_token: torch.Tensor, page_size: int) -> int:
     return -(-req_to_token.shape[1] // page_size)
 
 
+def index_source(translator, fb, bs: int):
+    """The runner translator's view of the batch's KV ids (``ids[row_ids[b], pos]``)."""
+    if hasattr(translator, "read_source"):  # sglang >= 0.5.22
+        return translator.read_source(fb.kv_loc_plan, req_pool_indices=fb.req_pool_indices, bs=bs)
+    return translator.build_index_table(req_pool_indices=fb.req_pool_indices, seq_lens=fb.seq_lens)
+
+
 def fill_block_table(translator, fb, bs: int, page_size: int, out: torch.Tensor) -> None:
     """out[:bs] = page ids of each request's KV, read through the runner's translator."""
-    src = translator.read_source(fb.kv_loc_plan, req_pool_indices=fb.req_pool_indices, bs=bs)
-    if src.v2p is not None or src.entry_page_size != 1:
+    src = index_source(translator, fb, bs)
+    if getattr(src, "v2p", None) is not None or src.is_translated or src.entry_page_size != 1:
         raise NotImplementedError("rocm_dflash: translated (unified) KV index tables are not supported")
     slots = src.ids if page_size == 1 else src.ids[:, ::page_size]
     rows = src.row_ids[:bs].to(torch.long)

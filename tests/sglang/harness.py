@@ -173,7 +173,7 @@ def forward_batch(runner, case: Case, *, custom_mask: torch.Tensor | None = None
             draft_token=fb.input_ids, positions=fb.positions, draft_token_num=n_verify, topk=1,
             custom_mask=custom_mask, capture_hidden_mode=CaptureHiddenMode.FULL)
     runner.kv_index_translator.bind_own_plan(fb)
-    if case.mode == ForwardMode.EXTEND:
+    if case.mode in (ForwardMode.EXTEND, ForwardMode.DRAFT_EXTEND_V2):
         fb.extend_prefix_lens = torch.tensor(case.prefix, dtype=torch.int32)
         fb.extend_prefix_lens_cpu = list(case.prefix)
         fb.extend_seq_lens = torch.tensor(case.new, dtype=torch.int32)

@@ -67,6 +67,19 @@ def test_plugin_matches_triton_and_reference(case_name, page_size, shape_name):
         assert (other - ref).abs().max() > 0.05
 
 
+def test_draft_extend_matches_triton():
+    """Eager DRAFT_EXTEND_V2 (EAGLE draft extend) carries extend fields like EXTEND."""
+    shape = h.Shape(page_size=16)
+    runner = h.make_runner(shape)
+    case = h.build_case(runner, shape, ForwardMode.DRAFT_EXTEND_V2, [12, 30], [4, 4], seed=8)
+    layer = h.make_layer(shape)
+    plugin, triton, plugin_pool, triton_pool = run_both(runner, shape, case, layer)
+    ref = h.expected(runner, case, shape, causal=True)
+    torch.testing.assert_close(plugin.double(), ref, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(plugin.double(), triton.double(), atol=2e-5, rtol=2e-5)
+    assert_pools_equal(plugin_pool, triton_pool)
+
+
 @pytest.mark.parametrize("mode", [EXTEND, VERIFY])
 def test_sliding_window_matches_triton(mode):
     """SGLang's window_left W (keys p-W..p) maps to ops' window W+1; Triton agrees in extend/verify."""
