@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -77,42 +78,76 @@ def engine_env(plugin: bool) -> dict:
     return env
 
 
-class EngineRuns:
-    """Runs ``engine_run.py`` once per distinct variant and keeps the recorded JSON."""
+# name -> (plugin backend in the CPU_ATTN slot?, draft checkpoint or None for no speculation)
+VARIANTS = {
+    "cpu_attn_plain": (False, None),
+    "cpu_attn_dflash": (False, "draft"),
+    "cpu_attn_dflash_causal_draft": (False, "draft_causal"),
+    "plugin_plain": (True, None),
+    "plugin_dflash": (True, "draft"),
+}
+MAX_TOKENS = 8  # the Triton interpreter costs about 1 s per engine step at this size
 
-    def __init__(self, checkpoints: dict, workdir: Path):
+
+class EngineRuns:
+    """Every variant runs once, in its own process, started together at session start
+    (two at a time: each run is mostly one busy thread).  ``get`` waits for one."""
+
+    def __init__(self, checkpoints: dict, workdir: Path, jobs: int):
         self.checkpoints = checkpoints
         self.workdir = workdir
-        self._cache: dict = {}
+        self._pool = ThreadPoolExecutor(max_workers=jobs)
+        self._futures = {name: self._pool.submit(self._run, name) for name in VARIANTS}
 
-    def get(self, *, plugin: bool, draft: str | None, max_tokens: int = 8) -> dict:
-        key = (plugin, draft, max_tokens)
-        if key not in self._cache:
-            self._cache[key] = self._run(plugin, draft, max_tokens)
-        return self._cache[key]
+    def get(self, name: str) -> dict:
+        return self._futures[name].result()
 
-    def _run(self, plugin: bool, draft: str | None, max_tokens: int) -> dict:
-        name = f"{'plugin' if plugin else 'cpu_attn'}-{draft or 'nospec'}-{max_tokens}"
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _run(self, name: str) -> dict:
+        plugin, draft = VARIANTS[name]
         out, log = self.workdir / f"{name}.json", self.workdir / f"{name}.log"
-        cmd = [sys.executable, "-m", "tests.e2e_vllm_cpu.engine_run",
-               "--target", self.checkpoints["target"], "--max-tokens", str(max_tokens), "--out", str(out)]
+        cmd = [sys.executable, "-m", "tests.e2e_vllm_cpu.engine_run", "--target", self.checkpoints["target"],
+               "--max-tokens", str(MAX_TOKENS), "--out", str(out)]
         if draft:
             cmd += ["--draft", self.checkpoints[draft]]
         start = time.monotonic()
         with open(log, "w") as f:
-            proc = subprocess.run(cmd, cwd=REPO_ROOT, env=engine_env(plugin), stdout=f,
-                                  stderr=subprocess.STDOUT, timeout=ENGINE_TIMEOUT_S)
+            try:
+                proc = subprocess.run(cmd, cwd=REPO_ROOT, env=engine_env(plugin), stdout=f,
+                                      stderr=subprocess.STDOUT, timeout=ENGINE_TIMEOUT_S)
+                rc = proc.returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
         seconds = time.monotonic() - start
-        if proc.returncode != 0 or not out.exists():
+        if rc != 0 or not out.exists():
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
-            pytest.fail(f"engine run {name} failed (exit {proc.returncode}, {seconds:.0f} s); log tail:\n{tail}",
-                        pytrace=False)
+            raise EngineRunFailed(f"engine run {name} failed (exit {rc}, {seconds:.0f} s); log tail:\n{tail}")
         record = json.loads(out.read_text())
-        record["wall_s"] = seconds
-        print(f"\n[engine run {name}: {seconds:.1f} s]")
+        record["wall_s"] = round(seconds, 1)
         return record
 
 
+class EngineRunFailed(AssertionError):
+    pass
+
+
 @pytest.fixture(scope="session")
-def engine_runs(checkpoints, tmp_path_factory) -> EngineRuns:
-    return EngineRuns(checkpoints, tmp_path_factory.mktemp("engine_runs"))
+def engine_runs(checkpoints, tmp_path_factory):
+    jobs = int(os.environ.get("DFLASH_E2E_JOBS", "2"))
+    runs = EngineRuns(checkpoints, tmp_path_factory.mktemp("engine_runs"), jobs)
+    _SESSION_RUNS.append(runs)
+    yield runs
+    runs.close()
+
+
+_SESSION_RUNS: list = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    for runs in _SESSION_RUNS:
+        for name, future in runs._futures.items():
+            if future.done() and not future.cancelled():
+                status = f"{future.result()['wall_s']} s" if future.exception() is None else "FAILED"
+                terminalreporter.write_line(f"vLLM CPU engine run {name}: {status}")

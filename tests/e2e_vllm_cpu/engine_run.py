@@ -9,7 +9,7 @@ no engine-core subprocess) so the probes below see every call:
 
 * ``drafts``: the token ids ``DFlashProposer.propose`` returned, call by call;
 * ``impl_calls``: attention-impl ``forward`` calls per impl class, split causal / non-causal,
-  with the layer names that made them; ``kv_updates``: ``do_kv_cache_update`` calls;
+  with the layer names that made them; ``kv_updates``: ``do_kv_cache_update`` calls per layer;
 * ``ops_calls``: ``dflash_rocm_plugin.ops.paged_attention`` calls by ``causal`` flag;
 * ``metrics``: the engine's spec-decode counters; ``outputs``: greedy token ids per prompt.
 """
@@ -17,12 +17,12 @@ no engine-core subprocess) so the probes below see every call:
 from __future__ import annotations
 
 import argparse
-import collections
 import functools
 import importlib
 import json
 import os
 import sys
+import time
 
 PROMPTS = [[11, 57, 103, 7, 250], [3, 99, 100, 101, 17, 44, 301, 88, 5, 12, 400],
            [42] * 3 + list(range(200, 223)), [9, 8, 7, 6, 5, 4, 3]]
@@ -57,7 +57,7 @@ def install_probes(rec: dict) -> None:
     default = getattr(importlib.import_module(module), name)  # vLLM's own, whatever the override
     rec["cpu_attn_slot"] = f"{active.__module__}.{active.__qualname__}"
     impl_calls = rec["impl_calls"] = {}
-    kv_updates = rec["kv_updates"] = collections.Counter()
+    kv_updates = rec["kv_updates"] = {}  # impl -> layer -> calls
     for backend in {active, default}:
         impl = backend.get_impl_cls()
         key = f"{impl.__module__}.{impl.__qualname__}"
@@ -75,16 +75,24 @@ def install_probes(rec: dict) -> None:
 
         _wrap(impl, "forward", on_forward)
         if hasattr(impl, "do_kv_cache_update"):
-            _wrap(impl, "do_kv_cache_update", lambda a, k, r, key=key: kv_updates.update([key]))
+            # do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping)
+            def on_kv_update(args, kwargs, result, per_layer=kv_updates.setdefault(key, {})):
+                layer = getattr(args[1], "layer_name", "?")
+                per_layer[layer] = per_layer.get(layer, 0) + 1
+
+            _wrap(impl, "do_kv_cache_update", on_kv_update)
 
     try:  # the plugin's numerics entry point (only meaningful when it is installed)
         from dflash_rocm_plugin import ops
     except ImportError:
         return
-    ops_calls = rec["ops_calls"] = collections.Counter()
-    _wrap(ops, "paged_attention",
-          lambda a, k, r: ops_calls.update(["causal" if k.get("causal") else "non_causal"]))
-    _wrap(ops, "write_kv_cache", lambda a, k, r: ops_calls.update(["write_kv_cache"]))
+    ops_calls = rec["ops_calls"] = {"causal": 0, "non_causal": 0, "write_kv_cache": 0}
+
+    def count(name):
+        ops_calls[name] += 1
+
+    _wrap(ops, "paged_attention", lambda a, k, r: count("causal" if k["causal"] else "non_causal"))
+    _wrap(ops, "write_kv_cache", lambda a, k, r: count("write_kv_cache"))
 
 
 def install_draft_probe(rec: dict) -> None:
@@ -121,6 +129,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
+    cpu = {"start": time.process_time()}
     import vllm.plugins
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -139,11 +148,15 @@ def main(argv=None) -> int:
         from tests.e2e_vllm_cpu.tiny_checkpoints import DRAFT_BLOCK
         kwargs["speculative_config"] = {"method": "dflash", "model": a.draft,
                                         "num_speculative_tokens": DRAFT_BLOCK - 1}
+    cpu["imports"] = time.process_time()
     llm = LLM(**kwargs)
+    cpu["engine_init"] = time.process_time()
     params = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=True)
     results = llm.generate([TokensPrompt(prompt_token_ids=t) for t in PROMPTS], params, use_tqdm=False)
     rec["outputs"] = [list(r.outputs[0].token_ids) for r in results]
+    cpu["generate"] = time.process_time()
     rec["metrics"] = spec_metrics(llm)
+    rec["cpu_s"] = {k: round(v, 1) for k, v in cpu.items()}
     rec["triton_interpret"] = os.environ.get("TRITON_INTERPRET")
     for calls in rec["impl_calls"].values():
         calls["layers"] = {k: sorted(v) for k, v in calls["layers"].items()}
@@ -153,4 +166,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip vLLM's slow interpreter-exit teardown: the record is written
