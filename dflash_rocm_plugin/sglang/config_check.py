@@ -48,6 +48,10 @@ def check_runner(runner) -> None:
         _reject("unified (virtual-to-physical translated) KV pools are not supported")
     if pool.dtype not in SUPPORTED_KV_DTYPES or getattr(pool, "store_dtype", pool.dtype) != pool.dtype:
         _reject(f"KV cache dtype {pool.dtype} is not supported (float16, bfloat16, float32; no fp8/fp4)")
+    model_dtype = getattr(runner, "dtype", pool.dtype)
+    if model_dtype != pool.dtype:
+        _reject(f"KV cache dtype {pool.dtype} differs from the model dtype {model_dtype}; "
+                "use --kv-cache-dtype auto")
     k_buffer = pool.get_key_buffer(pool.start_layer)
     if k_buffer.dim() != 3:
         _reject(f"KV cache layout {tuple(k_buffer.shape)} is not supported; token-major "

@@ -53,6 +53,13 @@ def test_fp8_kv_cache_rejected():
         build(runner)
 
 
+def test_kv_dtype_must_match_model_dtype():
+    runner = h.make_runner(h.Shape(dtype=torch.float16))
+    runner.dtype = torch.bfloat16
+    with pytest.raises(UnsupportedConfig, match="differs from the model dtype"):
+        build(runner)
+
+
 @pytest.mark.parametrize("algo, ok", [
     (SpeculativeAlgorithm.DFLASH, True), (SpeculativeAlgorithm.NONE, True), (SpeculativeAlgorithm.EAGLE, True),
     (SpeculativeAlgorithm.NGRAM, False)])
