@@ -20,9 +20,13 @@ import triton
 
 from dflash_rocm_plugin.ops import _runtime
 
-# Minimum keys per split: below this the merge costs more than it saves.
-MIN_KEYS_PER_SPLIT = 256
+# Minimum keys per split (two 64-key tiles).  H200, 1 x 4K: 32 splits of 128 keys
+# still beat 16 splits of 256 (0.96 vs 0.85 TB/s), so the floor is low.
+MIN_KEYS_PER_SPLIT = 128
 MAX_SPLITS = 32
+# Resident attention programs per multiprocessor for the default tile.  NVIDIA
+# (BLOCK_M 64, 4 warps, 255 registers/thread): the register file holds 2.
+PROGRAMS_PER_SM = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,14 +62,24 @@ def forced(**fields):
 def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int, int]:
     """(BLOCK_N, num_warps, num_stages) for one architecture family."""
     if arch.startswith("gfx"):
-        # CDNA3/4 (gfx942 MI300X, gfx950 MI355X): 64-wide wavefronts, 64 KiB
-        # (gfx942) / 160 KiB (gfx950) LDS, and software pipelining beyond two
-        # stages rarely pays.  Chosen by reasoning; unmeasured.
+        # CDNA3 gfx942 (MI300X) / CDNA4 gfx950 (MI355X): UNMEASURED, chosen by
+        # reasoning.  Wavefronts are 64 wide, so 4 warps = 256 lanes and the
+        # 64 x 128 fp32 accumulator costs 32 VGPRs/lane (vs 64 regs/thread on
+        # NVIDIA): registers are not the limit, LDS is.  One K+V tile of
+        # 64 keys x 128 dims bf16 is 32 KiB; gfx942 has 64 KiB LDS per CU, so
+        # only a single buffer fits (num_stages 1, the AMD backend's stream-
+        # pipeliner still prefetches into registers); gfx950 has 160 KiB, so
+        # double buffering fits (num_stages 2).  BLOCK_N 64 keeps the MFMA
+        # 16x16x16 / 32x32x8 shapes full (matrix_instr_nonkdim 16 is the
+        # backend default and suits 64-row tiles); waves_per_eu is left to the
+        # compiler (occupancy 2 would cap VGPRs at 256, enough here).
         block_n = 64 if head_dim_pad <= 128 else 32
         return block_n, 4, 2 if arch.startswith("gfx95") else 1
     if arch == "cpu":
         return (64 if head_dim_pad <= 128 else 32), 4, 1
-    # NVIDIA (measured on H200, see benchmarks/NOTES.md).
+    # NVIDIA, measured on H200 (benchmarks/NOTES.md, sweep v1): at 32 x 16K
+    # BLOCK_N 64 / 4 warps / 3 stages streams 3.81-3.87 TB/s; BLOCK_N 128 or
+    # 32 lose 20-30 %, 8 warps lose 20-50 %.
     if head_dim_pad <= 128:
         return 64, (8 if block_m >= 128 else 4), 3
     return 32, 8, 2
@@ -89,11 +103,14 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
         num_splits = 1
         short_queries = num_tokens <= num_seqs * block_q
         if short_queries:
+            # Fill exactly one wave of resident programs, never more: on H200
+            # every measured optimum had programs x splits <= 2 x 132 (8 x 4K:
+            # 4 splits 2.25 TB/s, 8 splits 1.97; 16 x 4K: 2 splits 3.10, 4 splits
+            # 2.38), because a second, partial wave costs a whole tile time.
             programs = max(1, num_seqs * num_kv_heads)
-            target = 2 * _runtime.multiprocessor_count(device_index)
-            if programs < target:
-                by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
-                num_splits = max(1, min(triton.cdiv(target, programs), by_length, MAX_SPLITS))
+            slots = PROGRAMS_PER_SM * _runtime.multiprocessor_count(device_index)
+            by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
+            num_splits = max(1, min(slots // programs, by_length, MAX_SPLITS))
     launch = AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages)
     if _forced:
         launch = dataclasses.replace(launch, **_forced)

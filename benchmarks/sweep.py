@@ -1,0 +1,125 @@
+"""Launch-config sweep for ops.paged_attention on a GPU: tile shapes, warps, stages, KV splits.
+
+    python benchmarks/sweep.py --out sweep.json [--deadline-s 300]
+
+Part 1 times every (BLOCK_N, num_warps, num_stages) on the large-batch target shapes; part 2
+times KV-split counts on the small-batch shapes.  Results feed ops/launch_config.py; the numbers
+and the reasoning are in benchmarks/NOTES.md.  Each config is checked against a float32 device
+reference before it is timed; a config that fails to compile or launch is recorded, not fatal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+
+import torch
+
+from dflash_rocm_plugin import ops
+from dflash_rocm_plugin.bench import inputs, timing
+from dflash_rocm_plugin.bench.shapes import Shape
+from dflash_rocm_plugin.ops import launch_config
+
+
+def measure(case, **forced):
+    s = case.shape
+    outs = [torch.full_like(case.q, float("nan")) for _ in case.block_tables]
+
+    def call(i):
+        return lambda: ops.paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables[i],
+                                           case.seq_lens, case.query_start_loc, causal=s.causal,
+                                           out=outs[i], max_query_len=s.q_len)
+    calls = [call(i) for i in range(case.copies)]
+    with launch_config.forced(**forced):
+        try:
+            calls[0]()
+            torch.cuda.synchronize()
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+        err = inputs.rel_error(outs[0], case.ref)
+        if err > 2e-2:
+            return {"error": f"wrong output, rel err {err:.2e}"}
+        us = timing.graph_us(calls, target_ms=3.0, reps=10)
+        eager = timing.eager_us(calls, reps=15)
+    return {"us": us, "eager_us": eager, "tbs": s.kv_bytes() / (us * 1e-6) / 1e12, "rel_err": err}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="sweep.json")
+    ap.add_argument("--deadline-s", type=float, default=300)
+    ap.add_argument("--part", default="tiles,splits")
+    ap.add_argument("--quick", action="store_true", help="re-time the 64/4/{2,3,4} tiles only")
+    args = ap.parse_args()
+    t0 = time.time()
+    dev = torch.device("cuda")
+    ops.reserve_workspace(dev, 64 * 16, 32, 128)
+    ceiling = timing.copy_ceiling_tbs(dev)
+    result = {"gpu": torch.cuda.get_device_name(), "copy_ceiling_tbs": ceiling, "tiles": [], "splits": []}
+    print(f"copy ceiling {ceiling:.2f} TB/s", flush=True)
+
+    def save():
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+    if "tiles" in args.part:
+        configs = list(itertools.product([64, 32, 128], [4, 8], [3, 2, 4]))
+        cells = [(32, 16384, 16, "draft"), (32, 16384, 16, "verify"), (32, 16384, 1, "draft"),
+                 (32, 16384, 1, "verify"), (64, 8192, 16, "draft")]
+        if args.quick:
+            configs = [(64, 4, 2), (64, 4, 3), (64, 4, 4)]
+            cells = [(32, 16384, 16, "verify"), (32, 16384, 16, "draft"), (64, 8192, 16, "verify"),
+                     (64, 8192, 1, "verify")]
+        for b, c, page, mode in cells:
+            shape = Shape("qwen3-8b", mode, b, c, page)
+            case = inputs.build(shape, dev)
+            case.ref = inputs.reference(case)
+            for bn, nw, ns in configs:
+                if time.time() - t0 > args.deadline_s * 0.7:
+                    break
+                r = measure(case, block_n=bn, num_warps=nw, num_stages=ns)
+                r.update(shape=shape.label, block_n=bn, num_warps=nw, num_stages=ns)
+                result["tiles"].append(r)
+                print(f"{shape.label:<32} BN={bn:<3} W={nw} S={ns}  "
+                      + (f"{r['us']:8.1f} us {r['tbs']:5.2f} TB/s" if "us" in r else r["error"]), flush=True)
+            save()
+            del case
+            torch.cuda.empty_cache()
+    if "splits" in args.part:
+        cells = [(1, 32768, 16), (8, 4096, 16), (1, 32768, 1), (8, 4096, 1), (1, 4096, 16), (8, 16384, 16),
+                 (4, 8192, 16), (16, 4096, 16)]
+        for b, c, page in cells:
+            shape = Shape("qwen3-8b", "draft", b, c, page)
+            case = inputs.build(shape, dev)
+            case.ref = inputs.reference(case)
+            for splits in [1, 2, 4, 8, 12, 16, 24, 32]:
+                if time.time() - t0 > args.deadline_s:
+                    break
+                r = measure(case, num_splits=splits)
+                r.update(shape=shape.label, num_splits=splits)
+                result["splits"].append(r)
+                print(f"{shape.label:<32} splits={splits:<3} "
+                      + (f"{r['us']:8.1f} us {r['tbs']:5.2f} TB/s (eager {r['eager_us']:.1f})" if "us" in r
+                         else r["error"]), flush=True)
+            save()
+            del case
+            torch.cuda.empty_cache()
+    save()
+    print(f"sweep done in {time.time() - t0:.0f} s; best per shape:", flush=True)
+    for part, keys in (("tiles", ("block_n", "num_warps", "num_stages")), ("splits", ("num_splits",))):
+        by_shape: dict = {}
+        for r in result[part]:
+            if "us" in r:
+                by_shape.setdefault(r["shape"], []).append(r)
+        for shape, rs in by_shape.items():
+            rs.sort(key=lambda r: r["us"])
+            top = ", ".join(f"{'/'.join(str(r[k]) for k in keys)}: {r['tbs']:.2f}" for r in rs[:4])
+            print(f"  {shape:<32} {top}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

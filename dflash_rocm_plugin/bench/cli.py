@@ -1,0 +1,227 @@
+"""``dflash-rocm bench``: time ops.paged_attention on DFlash draft/verify shapes (and peers).
+
+Bandwidth counts unique K/V bytes (every key of every sequence read once) over the median time,
+and is compared with a device-to-device copy measured in the same run.  Every timed kernel's
+output is first checked against a float32 device reference; a peer that disagrees is not timed.
+
+    dflash-rocm bench                                 # default grid, plugin only
+    dflash-rocm bench --peers benchmarks/.peers --save  # + peers, JSON and PNG in benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import platform
+import subprocess
+import sys
+
+from dflash_rocm_plugin.bench import shapes as shapes_mod
+
+TOLERANCE = 2e-2  # bf16 inputs, fp32 accumulation: ~3e-3 expected
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dflash-rocm bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="qwen3-8b,qwen3-4b",
+                   help=f"comma list of {sorted(shapes_mod.MODELS)}; identical head layouts run once")
+    p.add_argument("--modes", default="draft,verify", help="draft (non-causal) and/or verify (causal)")
+    p.add_argument("--shapes", default=None, help="batch x context list, e.g. 32x16K,1x32K (default: grid)")
+    p.add_argument("--targets-only", action="store_true", help="only the issue's target shapes")
+    p.add_argument("--pages", default="16,1", help="page sizes")
+    p.add_argument("--peers", nargs="?", const="benchmarks/.peers", default=None, metavar="DIR",
+                   help="also time peer kernels loaded from DIR (benchmarks/get_peers.sh)")
+    p.add_argument("--peer-names", default=None, help="comma list of peers (default: all)")
+    p.add_argument("--peer-shapes", default=None,
+                   help="batch x context list the peers run on (default: the target shapes)")
+    p.add_argument("--json", default=None, metavar="PATH", help="write the full record here")
+    p.add_argument("--png", default=None, metavar="PATH", help="write the plot here")
+    p.add_argument("--save", action="store_true",
+                   help="write dated JSON and PNG into benchmarks/results/")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def _progress(i: int, n: int, text: str, enabled: bool) -> None:
+    if not enabled:
+        return
+    width = 30
+    done = int(width * i / max(n, 1))
+    sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} {text[:60]:<60}")
+    if i == n:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def _meta(torch, triton, ceiling: float) -> dict:
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        driver = getattr(torch.version, "hip", None) or "unknown"
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "gpu": props.name, "multiprocessors": props.multi_processor_count, "driver": driver,
+        "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None),
+        "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+        "copy_ceiling_tbs": ceiling,
+    }
+
+
+def _unique_layouts(models: list[str]) -> dict:
+    """Head layout -> model names sharing it (Qwen3-8B and -4B are both 32q/8kv/d128)."""
+    out: dict = {}
+    for m in models:
+        out.setdefault(shapes_mod.MODELS[m], []).append(m)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print("dflash-rocm bench needs a CUDA or HIP GPU; none is visible", file=sys.stderr)
+        return 2
+    return run(args, torch.device("cuda", torch.cuda.current_device()))
+
+
+def run(args, device) -> int:
+    import torch
+    import triton
+
+    from dflash_rocm_plugin import ops
+    from dflash_rocm_plugin.bench import inputs, peers as peers_mod, report, timing
+    from dflash_rocm_plugin.ops import launch_config
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    for m in models:
+        if m not in shapes_mod.MODELS:
+            print(f"--models: unknown model {m!r}; supported: {sorted(shapes_mod.MODELS)}", file=sys.stderr)
+            return 2
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    pages = [int(p) for p in args.pages.split(",")]
+    if args.shapes:
+        pairs = shapes_mod.parse_pairs(args.shapes)
+    else:
+        pairs = shapes_mod.TARGET_SHAPES if args.targets_only else shapes_mod.DEFAULT_SHAPES
+    peer_pairs = set(shapes_mod.parse_pairs(args.peer_shapes) if args.peer_shapes else shapes_mod.TARGET_SHAPES)
+    layouts = _unique_layouts(models)
+    grid = []
+    for names in layouts.values():
+        grid += shapes_mod.grid([names[0]], modes, pairs, pages)
+    show_progress = not args.no_progress
+
+    ceiling = timing.copy_ceiling_tbs(device)
+    meta = _meta(torch, triton, ceiling)
+    meta["dtype"] = args.dtype
+    loaded = {}
+    if args.peers:
+        names = args.peer_names.split(",") if args.peer_names else None
+        loaded = peers_mod.load(args.peers, names)
+        meta["peers"] = {n: {"what": d, "source": peers_mod.version_of(args.peers, n),
+                             "loaded": not isinstance(p, str), **({"error": p} if isinstance(p, str) else {})}
+                         for n, (d, p) in loaded.items()}
+    ops.reserve_workspace(device, max(b for b, _ in pairs) * 16, max(h[0] for h in layouts),
+                          max(h[2] for h in layouts))
+
+    rows: list[dict] = []
+    jobs = len(grid) * (1 + len(loaded))
+    done = 0
+    for shape in grid:
+        hq, hkv, d = shape.heads
+        base = {"label": shape.label, "model": "/".join(layouts[shape.heads]), "mode": shape.mode,
+                "causal": shape.causal, "batch": shape.batch, "context": shape.context,
+                "page": shape.page, "q_len": shape.q_len, "heads": [hq, hkv, d],
+                "kv_bytes": shape.kv_bytes()}
+        case = inputs.build(shape, device, dtype=getattr(torch, args.dtype))
+        ref = inputs.reference(case, 0)
+        _progress(done, jobs, f"{shape.label} plugin", show_progress)
+        outs = [torch.full_like(case.q, float("nan")) for _ in case.block_tables]
+
+        def plugin_call(i):
+            return lambda: ops.paged_attention(
+                case.q, case.k_cache, case.v_cache, case.block_tables[i], case.seq_lens,
+                case.query_start_loc, causal=shape.causal, out=outs[i], max_query_len=shape.q_len)
+        calls = [plugin_call(i) for i in range(case.copies)]
+        calls[0]()
+        row = dict(base, impl="plugin", copies=case.copies, rel_err=inputs.rel_error(outs[0], ref))
+        cfg = launch_config.choose(
+            num_tokens=case.q.shape[0], num_seqs=shape.batch, num_kv_heads=hkv, group=hq // hkv,
+            head_dim=d, kv_capacity=case.block_tables[0].shape[1] * shape.page,
+            max_query_len=shape.q_len, num_splits=None, device_index=device.index)
+        row["launch"] = {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
+        if row["rel_err"] > TOLERANCE:
+            row["status"] = "WRONG (not timed)"
+        else:
+            row["eager_us"] = timing.eager_us(calls)
+            row["time_us"] = timing.graph_us(calls)
+            row["method"] = "cuda-graph"
+        rows.append(row)
+        done += 1
+        for name, (desc, prepare) in loaded.items():
+            _progress(done, jobs, f"{shape.label} {name}", show_progress)
+            done += 1
+            if (shape.batch, shape.context) not in peer_pairs:
+                continue
+            prow = dict(base, impl=name)
+            pcalls = pout = None
+            if isinstance(prepare, str):
+                prow["status"] = f"not loaded: {prepare[:160]}"
+                rows.append(prow)
+                continue
+            try:
+                pcalls, pout = prepare(case)
+                pcalls[0]()
+                torch.cuda.synchronize()
+                pout = pout.get() if hasattr(pout, "outs") else pout
+                prow["rel_err"] = inputs.rel_error(pout, ref)
+                if prow["rel_err"] > TOLERANCE:
+                    prow["status"] = "WRONG output (not timed)"
+                else:
+                    prow["eager_us"] = timing.eager_us(pcalls)
+                    try:
+                        prow["time_us"] = timing.graph_us(pcalls)
+                        prow["method"] = "cuda-graph"
+                    except Exception as exc:  # not capturable: its eager median stands
+                        torch.cuda.synchronize()
+                        prow["time_us"] = prow["eager_us"]
+                        prow["method"] = f"eager (graph capture failed: {type(exc).__name__})"
+            except Exception as exc:
+                prow["status"] = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
+            rows.append(prow)
+            del pcalls, pout
+        del case, ref, outs, calls
+        gc.collect()
+        torch.cuda.empty_cache()
+    _progress(jobs, jobs, "done", show_progress)
+
+    for r in rows:
+        if r.get("time_us"):
+            r["tbs"] = r["kv_bytes"] / (r["time_us"] * 1e-6) / 1e12
+            r["frac_ceiling"] = r["tbs"] / ceiling
+    report.speedups(rows)
+    verdicts = report.targets(rows, ceiling, peers_mod.TRITON_PEERS)
+    print(f"{meta['gpu']} ({meta['multiprocessors']} SMs), driver {meta['driver']}, torch {meta['torch']}, "
+          f"triton {meta['triton']}, {meta['date']}")
+    print(report.table(rows, ceiling))
+    print(report.verdict_text(verdicts))
+
+    json_path, png_path = args.json, args.png
+    if args.save:
+        stem = f"benchmarks/results/{meta['date'][:10]}-{meta['gpu'].replace(' ', '_')}"
+        json_path = json_path or stem + ".json"
+        png_path = png_path or stem + ".png"
+    if json_path:
+        report.write_json(json_path, meta, rows, verdicts)
+        print(f"wrote {json_path}")
+    if png_path:
+        try:
+            report.plot(png_path, meta, rows)
+            print(f"wrote {png_path}")
+        except ImportError as exc:
+            print(f"no plot ({exc}); pip install matplotlib", file=sys.stderr)
+    return 0

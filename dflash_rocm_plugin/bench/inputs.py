@@ -1,0 +1,90 @@
+"""Benchmark inputs on the device: a shuffled paged cache, and rotating copies when it would fit in L2.
+
+A call that reads fewer bytes than a few L2 capacities would be timed against the cache, not HBM,
+when repeated over one buffer.  Such shapes get several block tables over disjoint pages, and
+timing loops rotate through them; every copy reads as many unique bytes as one call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from dflash_rocm_plugin.bench.shapes import Shape
+
+# Rotate until the bytes touched by one pass over all copies exceed this.
+ROTATE_BYTES = 512 << 20
+
+
+@dataclasses.dataclass
+class Case:
+    shape: Shape
+    q: torch.Tensor              # [B * q_len, Hq, D]
+    k_cache: torch.Tensor        # [num_blocks, page, Hkv, D]
+    v_cache: torch.Tensor
+    block_tables: list           # one int32 [B, pages_per_seq] per copy, disjoint pages
+    seq_lens: torch.Tensor       # int32 [B]
+    query_start_loc: torch.Tensor  # int32 [B + 1]
+    scale: float
+
+    @property
+    def copies(self) -> int:
+        return len(self.block_tables)
+
+
+def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0) -> Case:
+    hq, hkv, d = shape.heads
+    b, ctx, page, ql = shape.batch, shape.context, shape.page, shape.q_len
+    assert ctx % page == 0 and ctx >= ql
+    gen = torch.Generator(device=device).manual_seed(seed)
+    copies = max(1, -(-ROTATE_BYTES // shape.kv_bytes(torch.finfo(dtype).bits // 8)))
+    pages_per_seq = ctx // page
+    num_blocks = copies * b * pages_per_seq
+    # Random data, never zeros (zeros can run faster and hide unwritten outputs).
+    k_cache = torch.randn(num_blocks, page, hkv, d, device=device, dtype=dtype, generator=gen)
+    v_cache = torch.randn(num_blocks, page, hkv, d, device=device, dtype=dtype, generator=gen)
+    order = torch.randperm(num_blocks, device=device, generator=gen).to(torch.int32)
+    tables = [t.reshape(b, pages_per_seq).contiguous() for t in order.split(b * pages_per_seq)]
+    q = torch.randn(b * ql, hq, d, device=device, dtype=dtype, generator=gen)
+    seq_lens = torch.full((b,), ctx, dtype=torch.int32, device=device)
+    qsl = torch.arange(0, (b + 1) * ql, ql, dtype=torch.int32, device=device)
+    return Case(shape, q, k_cache, v_cache, tables, seq_lens, qsl, d ** -0.5)
+
+
+def dense_kv(case: Case, copy: int = 0):
+    """K and V of every sequence as dense [B, Hkv, ctx, D] tensors (for SDPA and the reference)."""
+    b, ctx, page = case.shape.batch, case.shape.context, case.shape.page
+    table = case.block_tables[copy].long()
+    keys = torch.arange(ctx, device=table.device)
+    pages = table[:, keys // page]                      # [B, ctx]
+    k = case.k_cache[pages, keys % page]                # [B, ctx, Hkv, D]
+    v = case.v_cache[pages, keys % page]
+    return k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+
+
+def reference(case: Case, copy: int = 0) -> torch.Tensor:
+    """float32 attention on the device from dense K/V: the check every timed kernel must pass."""
+    s = case.shape
+    hq, hkv, d = s.heads
+    g = hq // hkv
+    k, v = dense_kv(case, copy)
+    out = torch.empty(s.batch * s.q_len, hq, d, device=case.q.device, dtype=torch.float32)
+    pos = s.context - s.q_len + torch.arange(s.q_len, device=k.device)
+    keys = torch.arange(s.context, device=k.device)
+    for i in range(s.batch):
+        qi = case.q[i * s.q_len:(i + 1) * s.q_len].float().reshape(s.q_len, hkv, g, d)
+        logits = torch.einsum("nkgd,kld->kgnl", qi, k[i].float()) * case.scale
+        if s.causal:
+            logits = logits.masked_fill(keys[None, :] > pos[:, None], float("-inf"))
+        o = torch.einsum("kgnl,kld->nkgd", torch.softmax(logits, -1), v[i].float())
+        out[i * s.q_len:(i + 1) * s.q_len] = o.reshape(s.q_len, hq, d)
+    return out
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref||; NaN anywhere counts as a failure (inf)."""
+    out = out.float()
+    if not torch.isfinite(out).all():
+        return float("inf")
+    return float((out - ref).norm() / ref.norm())

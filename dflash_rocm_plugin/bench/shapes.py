@@ -1,0 +1,64 @@
+"""The benchmark grid: DFlash draft (non-causal) and verify (causal) attention over a paged cache.
+
+Both Qwen3-8B and Qwen3-4B use 32 query heads, 8 KV heads and head_dim 128 (their HF configs),
+so one head layout covers both; ``--model`` keeps them apart in the output anyway.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+MODELS = {
+    # name: (num_q_heads, num_kv_heads, head_dim)
+    "qwen3-8b": (32, 8, 128),
+    "qwen3-4b": (32, 8, 128),
+}
+MODES = {"draft": False, "verify": True}  # mode -> causal
+
+# (batch, context) pairs: the issue's target shapes first, then the rest of 1-64 x 1K-32K.
+TARGET_SHAPES = [(32, 16384), (64, 8192), (1, 32768), (8, 4096)]
+DEFAULT_SHAPES = TARGET_SHAPES + [(1, 1024), (1, 4096), (8, 16384), (32, 4096), (64, 1024)]
+TARGET_BANDWIDTH_TBS = {(32, 16384): 3.8, (64, 8192): 3.8, (1, 32768): 2.0, (8, 4096): 2.5}
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    model: str
+    mode: str
+    batch: int
+    context: int      # KV length per sequence, the 16-token block included
+    page: int
+    q_len: int = 16
+
+    @property
+    def causal(self) -> bool:
+        return MODES[self.mode]
+
+    @property
+    def heads(self) -> tuple[int, int, int]:
+        return MODELS[self.model]
+
+    def kv_bytes(self, element_size: int = 2) -> int:
+        """Unique K and V bytes one call must read: every key of every sequence, once."""
+        _, hkv, d = self.heads
+        return 2 * self.batch * self.context * hkv * d * element_size
+
+    @property
+    def label(self) -> str:
+        ctx = f"{self.context // 1024}K" if self.context % 1024 == 0 else str(self.context)
+        return f"{self.mode} {self.model} b{self.batch}x{ctx} p{self.page}"
+
+
+def parse_pairs(text: str) -> list[tuple[int, int]]:
+    """'32x16K,1x32768' -> [(32, 16384), (1, 32768)]."""
+    pairs = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        b, c = item.lower().split("x")
+        c = int(c[:-1]) * 1024 if c.endswith("k") else int(c)
+        pairs.append((int(b), c))
+    return pairs
+
+
+def grid(models, modes, pairs, pages, q_len=16) -> list[Shape]:
+    return [Shape(m, mode, b, c, p, q_len) for m in models for mode in modes for (b, c) in pairs
+            for p in pages]

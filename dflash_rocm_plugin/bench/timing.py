@@ -1,0 +1,75 @@
+"""Device timing: CUDA-graph replay and event medians, and the device-to-device copy ceiling.
+
+Every number is a median.  ``graph_us`` captures enough back-to-back calls (rotating over the
+input copies) to run for a few milliseconds and times replays, which removes host launch gaps;
+``eager_us`` times single launches with events, host overhead included.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+
+def _events_ms(fn, reps: int) -> list[float]:
+    times = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return times
+
+
+def eager_us(calls, reps: int = 30) -> float:
+    """Median time of one call, launched eagerly (host launch cost included)."""
+    i = [0]
+
+    def one():
+        calls[i[0] % len(calls)]()
+        i[0] += 1
+
+    for _ in range(3):
+        one()
+    torch.cuda.synchronize()
+    return statistics.median(_events_ms(one, reps)) * 1e3
+
+
+def graph_us(calls, target_ms: float = 4.0, reps: int = 15, max_calls: int = 400) -> float:
+    """Median per-call time of a captured graph of back-to-back calls."""
+    for c in calls:
+        c()
+    torch.cuda.synchronize()
+    est_ms = statistics.median(_events_ms(calls[0], 5))
+    n = max(len(calls), min(max_calls, int(target_ms / max(est_ms, 1e-3)) + 1))
+    n = -(-n // len(calls)) * len(calls)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            for j in range(n):
+                calls[j % len(calls)]()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph.replay()
+    torch.cuda.synchronize()
+    times = _events_ms(graph.replay, reps)
+    del graph
+    return statistics.median(times) * 1e3 / n
+
+
+def copy_ceiling_tbs(device, nbytes: int = 4 << 30) -> float:
+    """Device-to-device copy bandwidth (bytes read + bytes written per second), in TB/s."""
+    src = torch.randn(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    ms = statistics.median(_events_ms(lambda: dst.copy_(src), 20))
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * nbytes / (ms * 1e-3) / 1e12
