@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Validate dflash-rocm-plugin on an AMD Instinct box (MI300X / MI355X), natively (no interpreter):
+#
+#   1. dflash-rocm doctor
+#   2. the kernel tests on the GPU:            pytest tests/core
+#   3. the kernel benchmark:                   dflash-rocm bench
+#   4. the demo on the GPU (tiny models):      dflash-rocm demo --json
+#   5. given --model and --draft: vLLM and SGLang servers with DFlash on rocm_dflash, DFlash on the
+#      host's default ROCm backend, and no speculation; tau and throughput at concurrency 1 and 32
+#      measured with `dflash benchmark openai` (pip install dflash), all in one report.
+#
+# Usage: bash ci/rocm_validate.sh [--dry-run] [--model PATH] [--draft PATH] [--out DIR]
+#                                 [--hosts "vllm sglang"] [--concurrency "1 32"] [--port N]
+#                                 [--dataset gsm8k] [--num-prompts 128] [--max-new-tokens 512]
+# Environment equivalents: DFLASH_MODEL, DFLASH_DRAFT, DFLASH_OUT.
+# --dry-run prints every command it would run, exactly, and runs none.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DRY_RUN=0
+MODEL="${DFLASH_MODEL:-}"
+DRAFT="${DFLASH_DRAFT:-}"
+OUT="${DFLASH_OUT:-rocm-validate-$(date +%Y%m%d-%H%M%S)}"
+HOSTS="vllm sglang"
+CONCURRENCY="1 32"
+PORT=30123
+DATASET=gsm8k
+NUM_PROMPTS=128
+MAX_NEW_TOKENS=512
+PYTHON="${PYTHON:-python3}"
+
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --dry-run) DRY_RUN=1 ;;
+        --model) MODEL="$2"; shift ;;
+        --draft) DRAFT="$2"; shift ;;
+        --out) OUT="$2"; shift ;;
+        --hosts) HOSTS="$2"; shift ;;
+        --concurrency) CONCURRENCY="$2"; shift ;;
+        --port) PORT="$2"; shift ;;
+        --dataset) DATASET="$2"; shift ;;
+        --num-prompts) NUM_PROMPTS="$2"; shift ;;
+        --max-new-tokens) MAX_NEW_TOKENS="$2"; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "rocm_validate.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+REPORT="$OUT/report.md"
+FAILURES=()
+
+# run CMD...: print it (shell-quoted, copy-pasteable); execute it unless --dry-run.
+run() {
+    printf '+'; printf ' %q' "$@"; printf '\n'
+    [[ $DRY_RUN -eq 1 ]] && return 0
+    "$@"
+}
+
+# step NAME LOG CMD...: run, tee into LOG, record a failure without stopping the rest.
+step() {
+    local name="$1" log="$2"; shift 2
+    echo "== $name"
+    if [[ $DRY_RUN -eq 1 ]]; then run "$@"; return 0; fi
+    if ! run "$@" > >(tee "$log") 2>&1; then FAILURES+=("$name"); fi
+}
+
+note() { [[ $DRY_RUN -eq 1 ]] || printf '%s\n' "$*" >> "$REPORT"; }
+
+wait_for_server() {
+    local url="http://127.0.0.1:$PORT/v1/models"
+    [[ $DRY_RUN -eq 1 ]] && { echo "+ (wait until $url answers)"; return 0; }
+    for _ in $(seq 1 360); do
+        curl -sf "$url" > /dev/null 2>&1 && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || return 1
+        sleep 5
+    done
+    return 1
+}
+
+SERVER_PID=""
+stop_server() {
+    if [[ -n "$SERVER_PID" ]]; then
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=""
+    fi
+}
+trap stop_server EXIT
+
+# server_cmd HOST VARIANT -> the server command line in the array SERVER
+server_cmd() {
+    local host="$1" variant="$2"
+    local spec="{\"method\":\"dflash\",\"model\":\"$DRAFT\",\"num_speculative_tokens\":15}"
+    case "$host/$variant" in
+        vllm/dflash-rocm_dflash)
+            SERVER=(vllm serve "$MODEL" --port "$PORT" --attention-backend rocm_dflash --speculative-config "$spec") ;;
+        vllm/dflash-default)
+            SERVER=(vllm serve "$MODEL" --port "$PORT" --speculative-config "$spec") ;;
+        vllm/no-spec)
+            SERVER=(vllm serve "$MODEL" --port "$PORT") ;;
+        sglang/dflash-rocm_dflash)
+            SERVER=("$PYTHON" -m sglang.launch_server --model-path "$MODEL" --port "$PORT"
+                    --speculative-algorithm DFLASH --speculative-draft-model-path "$DRAFT"
+                    --attention-backend rocm_dflash) ;;
+        sglang/dflash-default)
+            SERVER=("$PYTHON" -m sglang.launch_server --model-path "$MODEL" --port "$PORT"
+                    --speculative-algorithm DFLASH --speculative-draft-model-path "$DRAFT") ;;
+        sglang/no-spec)
+            SERVER=("$PYTHON" -m sglang.launch_server --model-path "$MODEL" --port "$PORT") ;;
+    esac
+}
+
+serve_and_measure() {
+    local host="$1" variant="$2" c log
+    server_cmd "$host" "$variant"
+    log="$OUT/$host-$variant"
+    echo "== $host / $variant: server"
+    if [[ $DRY_RUN -eq 1 ]]; then
+        run "${SERVER[@]}"
+        echo "+ (in the background, output to $log.server.log)"
+    else
+        printf '+'; printf ' %q' "${SERVER[@]}"; printf '\n'
+        "${SERVER[@]}" > "$log.server.log" 2>&1 &
+        SERVER_PID=$!
+    fi
+    if ! wait_for_server; then
+        FAILURES+=("$host/$variant: server did not start (see $log.server.log)")
+        note "| $host | $variant | - | server failed to start | - |"
+        stop_server; return 0
+    fi
+    for c in $CONCURRENCY; do
+        step "$host / $variant: benchmark at concurrency $c" "$log.c$c.log" \
+            dflash benchmark openai --base-url "http://127.0.0.1:$PORT" --model "$MODEL" \
+            --dataset "$DATASET" --num-prompts "$NUM_PROMPTS" --concurrency "$c" \
+            --max-new-tokens "$MAX_NEW_TOKENS" --temperature 0 --reasoning off
+        if [[ $DRY_RUN -eq 0 ]]; then
+            note "| $host | $variant | $c | $(summary_of "$log.c$c.log") |"
+        fi
+    done
+    stop_server
+}
+
+# The benchmark's own summary lines (throughput; tau where the server reports it).
+summary_of() {
+    grep -iE "throughput|tok/s|accept|tau" "$1" | tr '\n' ' ' | cut -c1-200 || echo "no summary (see $1)"
+}
+
+[[ $DRY_RUN -eq 1 ]] || mkdir -p "$OUT"
+note "# dflash-rocm-plugin ROCm validation, $(date -u +%Y-%m-%dT%H:%MZ)"
+note ""
+
+step "doctor" "$OUT/doctor.log" dflash-rocm doctor
+step "kernel tests (native)" "$OUT/tests-core.log" env -u TRITON_INTERPRET "$PYTHON" -m pytest tests/core -q
+step "kernel benchmark" "$OUT/bench.log" dflash-rocm bench
+step "demo (tiny models, GPU)" "$OUT/demo.json" dflash-rocm demo --json --no-progress
+
+if [[ -n "$MODEL" && -n "$DRAFT" ]]; then
+    step "demo (real checkpoints, GPU)" "$OUT/demo-real.json" \
+        dflash-rocm demo --target "$MODEL" --draft "$DRAFT" --json --no-progress --batch 4
+    note "| host | variant | concurrency | result |"
+    note "|---|---|---|---|"
+    for host in $HOSTS; do
+        for variant in dflash-rocm_dflash dflash-default no-spec; do
+            serve_and_measure "$host" "$variant"
+        done
+    done
+else
+    echo "== servers: skipped (give --model and --draft, or DFLASH_MODEL and DFLASH_DRAFT)"
+    note "servers: skipped (no --model/--draft given)"
+fi
+
+if [[ $DRY_RUN -eq 1 ]]; then
+    echo "(dry run: nothing was executed)"
+    exit 0
+fi
+note ""
+note "failures: ${FAILURES[*]:-none}"
+echo "report: $REPORT"
+[[ ${#FAILURES[@]} -eq 0 ]]
