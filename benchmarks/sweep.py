@@ -53,6 +53,8 @@ def main() -> int:
     ap.add_argument("--deadline-s", type=float, default=300)
     ap.add_argument("--part", default="tiles,splits")
     ap.add_argument("--quick", action="store_true", help="re-time the 64/4/{2,3,4} tiles only")
+    ap.add_argument("--layout", action="store_true",
+                    help="shuffled vs sequential pages at the default launch, against dense SDPA")
     args = ap.parse_args()
     t0 = time.time()
     dev = torch.device("cuda")
@@ -65,6 +67,25 @@ def main() -> int:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
 
+    if args.layout:
+        from dflash_rocm_plugin.bench import peers
+        sdpa = peers.torch_sdpa(None)
+        result["layout"] = []
+        for (b, c), page, mode in itertools.product([(32, 16384), (64, 8192), (8, 4096)], [16, 1], ["draft"]):
+            for shuffle in (True, False):
+                shape = Shape("qwen3-8b", mode, b, c, page)
+                case = inputs.build(shape, dev, shuffle=shuffle)
+                case.ref = inputs.reference(case)
+                r = measure(case)
+                calls, _ = sdpa(case)
+                r.update(shape=shape.label, shuffled=shuffle,
+                         sdpa_tbs=shape.kv_bytes() / (timing.graph_us(calls) * 1e-6) / 1e12)
+                result["layout"].append(r)
+                print(f"{shape.label:<32} {'shuffled' if shuffle else 'sequential':<10} plugin "
+                      f"{r.get('tbs', 0):5.2f} TB/s  dense SDPA {r['sdpa_tbs']:5.2f} TB/s", flush=True)
+                del case, calls
+                torch.cuda.empty_cache()
+        save()
     if "tiles" in args.part:
         configs = list(itertools.product([64, 32, 128], [4, 8], [3, 2, 4]))
         cells = [(32, 16384, 16, "draft"), (32, 16384, 16, "verify"), (32, 16384, 1, "draft"),

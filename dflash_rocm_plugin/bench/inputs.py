@@ -33,7 +33,7 @@ class Case:
         return len(self.block_tables)
 
 
-def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0) -> Case:
+def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0, shuffle: bool = True) -> Case:
     hq, hkv, d = shape.heads
     b, ctx, page, ql = shape.batch, shape.context, shape.page, shape.q_len
     assert ctx % page == 0 and ctx >= ql
@@ -44,7 +44,10 @@ def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0) -> Case:
     # Random data, never zeros (zeros can run faster and hide unwritten outputs).
     k_cache = torch.randn(num_blocks, page, hkv, d, device=device, dtype=dtype, generator=gen)
     v_cache = torch.randn(num_blocks, page, hkv, d, device=device, dtype=dtype, generator=gen)
-    order = torch.randperm(num_blocks, device=device, generator=gen).to(torch.int32)
+    # Shuffled pages are what a long-running server's cache looks like; ``shuffle=False``
+    # (sequential pages) isolates the cost of the scattered layout itself.
+    order = (torch.randperm(num_blocks, device=device, generator=gen) if shuffle
+             else torch.arange(num_blocks, device=device)).to(torch.int32)
     tables = [t.reshape(b, pages_per_seq).contiguous() for t in order.split(b * pages_per_seq)]
     q = torch.randn(b * ql, hq, d, device=device, dtype=dtype, generator=gen)
     seq_lens = torch.full((b,), ctx, dtype=torch.int32, device=device)
