@@ -4,7 +4,6 @@
 set -euo pipefail
 wheels="${DFLASH_WHEEL_CACHE:-$HOME/.cache/dflash-rocm-plugin/wheels}"
 mkdir -p "$wheels" "$VIRTUAL_ENV/hosts"
-python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 for version in 0.5.11 0.5.14 0.5.18 0.5.23; do
     python -m pip download -q --no-deps "sglang==$version" -d "$wheels"
     python -m pip install -q --no-deps --no-compile --target "$VIRTUAL_ENV/hosts/sglang-$version" \
