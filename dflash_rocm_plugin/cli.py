@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0
-    args, rest = parser.parse_known_args(argv[:1]), argv[1:]
+    args, rest = parser.parse_known_args(argv[:1])[0], argv[1:]
     _prepare_triton()
     module = importlib.import_module(SUBCOMMANDS[args.command][0])
     return int(module.main(rest) or 0)
