@@ -4,8 +4,13 @@
 set -euo pipefail
 wheels="${DFLASH_WHEEL_CACHE:-$HOME/.cache/dflash-rocm-plugin/wheels}"
 mkdir -p "$wheels" "$VIRTUAL_ENV/hosts"
-for version in 0.5.11 0.5.14 0.5.18 0.5.23; do
+# release  transformers it pins  (older transformers refuse tokenizers > 0.23.0)
+for spec in "0.5.11 5.6.0" "0.5.14 5.8.1" "0.5.18 5.12.1" "0.5.23 -"; do
+    read -r version transformers <<<"$spec"
+    target="$VIRTUAL_ENV/hosts/sglang-$version"
     python -m pip download -q --no-deps "sglang==$version" -d "$wheels"
-    python -m pip install -q --no-deps --no-compile --target "$VIRTUAL_ENV/hosts/sglang-$version" \
-        "$wheels"/sglang-"$version"-*.whl
+    python -m pip install -q --no-deps --target "$target" "$wheels"/sglang-"$version"-*.whl
+    if [[ "$transformers" != - ]]; then
+        python -m pip install -q --no-deps --target "$target" "transformers==$transformers" tokenizers==0.22.2
+    fi
 done
