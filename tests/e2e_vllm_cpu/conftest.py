@@ -69,6 +69,9 @@ def engine_env(plugin: bool) -> dict:
         # Before `import triton` (vLLM imports it): Triton's own helpers must be interpreted too.
         "TRITON_INTERPRET": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        # vLLM caches model-class inspection (a ~15 s subprocess per class) under one file name
+        # per class for every vLLM version; a cache of this environment's own stays warm.
+        "VLLM_CACHE_ROOT": os.path.join(sys.prefix, "vllm-cache"),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])),
     })
     env.pop("VLLM_PLUGINS", None)  # the plugin must load through its entry point
