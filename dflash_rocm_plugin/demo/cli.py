@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm GPUs are 'cuda')")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (it is shown only when "
+                   "stderr is a terminal)")
     tiny = p.add_argument_group("tiny default models")
     tiny.add_argument("--draft-mode", choices=("distilled", "random"), default="distilled",
                       help="random: an untrained draft (still lossless, tau ~ 1)")
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     if max_new < 1 or block < 2 or page < 1:
         print("dflash-rocm demo: --max-new-tokens >= 1, --block-size >= 2, --page-size >= 1", file=sys.stderr)
         return 2
-    bar = None if args.no_progress or args.json and not sys.stderr.isatty() else report.ProgressBar
+    # a bar only where someone watches (a terminal); logs and pipes stay clean
+    bar = report.ProgressBar if sys.stderr.isatty() and not args.no_progress else None
     spec = speculative.dflash_greedy(target, draft, prompts, max_new, block_size=block, page_size=page,
                                      seed=args.seed, fault=args.fault,
                                      progress=bar("dflash     ") if bar else None)
