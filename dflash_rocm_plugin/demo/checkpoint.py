@@ -66,11 +66,12 @@ def load_target(path, *, dtype: torch.dtype, device) -> Qwen3Target:
     weights = read_weights(path)
     if cfg.tie_word_embeddings:
         weights.pop("lm_head.weight", None)
+    # built on the meta device in the final dtype, then filled: no float32 copy of a large model
     with torch.device("meta"):
-        target = Qwen3Target(cfg)
-    target = target.to_empty(device="cpu")
+        target = Qwen3Target(cfg).to(dtype)
+    target = target.to_empty(device=device)
     _load_into(target, weights, f"target {path}")
-    return target.to(device=device, dtype=dtype).eval()
+    return target.eval()
 
 
 def load_draft(path, target_config: TargetConfig, *, dtype: torch.dtype, device) -> DFlashDraft:
@@ -79,10 +80,10 @@ def load_draft(path, target_config: TargetConfig, *, dtype: torch.dtype, device)
     # Some writers keep the wrapper prefix; the published DFlash layout has none.
     weights = {k.removeprefix("model."): v for k, v in read_weights(path).items()}
     with torch.device("meta"):
-        draft = DFlashDraft(cfg)
-    draft = draft.to_empty(device="cpu")
+        draft = DFlashDraft(cfg).to(dtype)
+    draft = draft.to_empty(device=device)
     _load_into(draft, weights, f"draft {path}")
-    return draft.to(device=device, dtype=dtype).eval()
+    return draft.eval()
 
 
 def save_draft(draft: DFlashDraft, path, vocab_size: int) -> None:
