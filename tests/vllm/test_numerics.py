@@ -156,3 +156,16 @@ def test_non_causal_really_differs_from_causal(backends, layer):
     assert not torch.allclose(outs[0][:15], outs[1][:15])
     torch.testing.assert_close(outs[0][15], outs[1][15])  # the last row sees every key either way
     assert math.isfinite(float(outs[1].sum()))
+
+
+def test_split_kv_decode_uses_the_reserved_workspace(backends, layer):
+    """Long-context decode takes the split-KV path; its scratch was reserved when the builder
+    was made, so the forward allocates nothing (what full CUDA/HIP graph capture needs)."""
+    from vllm.v1.kv_cache_interface import KVCacheLayout
+
+    from dflash_rocm_plugin.ops import workspace
+    device = torch.device("cpu")
+    reserved = workspace._buffers[device]
+    batch = kv_batches.build([700, 300], [1, 1], causal=True, layout=KVCacheLayout.LBNHC, seed=5)
+    check(backends, layer, batch, torch.float32)
+    assert workspace._buffers[device] is reserved
