@@ -24,7 +24,8 @@ import pytest
 from tests.e2e_vllm_cpu import tiny_checkpoints
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ENGINE_TIMEOUT_S = 900  # generous: shared CI machines are slow; a healthy run takes ~15-40 s
+ENGINE_TIMEOUT_S = 900
+PLUGIN_PLAIN_LAYOUT = "BHLNC"  # generous: shared CI machines are slow; a healthy run takes ~15-40 s
 
 
 def _unavailable_reason() -> str | None:
@@ -75,19 +76,23 @@ def engine_env(plugin: bool) -> dict:
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])),
     })
     env.pop("VLLM_PLUGINS", None)  # the plugin must load through its entry point
+    env.pop("VLLM_KV_CACHE_LAYOUT", None)
     env.pop("DFLASH_ROCM_TEST_CPU_ENGINE", None)
     if plugin:
         env["DFLASH_ROCM_TEST_CPU_ENGINE"] = "1"
     return env
 
 
-# name -> (plugin backend in the CPU_ATTN slot?, draft checkpoint or None for no speculation)
+# name -> (plugin backend in the CPU_ATTN slot?, draft checkpoint or None for no speculation,
+#          extra environment)
 VARIANTS = {
-    "cpu_attn_plain": (False, None),
-    "cpu_attn_dflash": (False, "draft"),
-    "cpu_attn_dflash_causal_draft": (False, "draft_causal"),
-    "plugin_plain": (True, None),
-    "plugin_dflash": (True, "draft"),
+    "cpu_attn_plain": (False, None, {}),
+    "cpu_attn_dflash": (False, "draft", {}),
+    "cpu_attn_dflash_causal_draft": (False, "draft_causal", {}),
+    # CPU_ATTN only takes LBHNC; the plugin takes any layout, so its plain run uses the one
+    # farthest from it (block-major, heads outside layers): the kernels must follow strides.
+    "plugin_plain": (True, None, {"VLLM_KV_CACHE_LAYOUT": PLUGIN_PLAIN_LAYOUT}),
+    "plugin_dflash": (True, "draft", {}),
 }
 MAX_TOKENS = 8  # the Triton interpreter costs about 1 s per engine step at this size
 
@@ -109,7 +114,7 @@ class EngineRuns:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _run(self, name: str) -> dict:
-        plugin, draft = VARIANTS[name]
+        plugin, draft, extra_env = VARIANTS[name]
         out, log = self.workdir / f"{name}.json", self.workdir / f"{name}.log"
         cmd = [sys.executable, "-m", "tests.e2e_vllm_cpu.engine_run", "--target", self.checkpoints["target"],
                "--max-tokens", str(MAX_TOKENS), "--out", str(out)]
@@ -118,7 +123,7 @@ class EngineRuns:
         start = time.monotonic()
         with open(log, "w") as f:
             try:
-                proc = subprocess.run(cmd, cwd=REPO_ROOT, env=engine_env(plugin), stdout=f,
+                proc = subprocess.run(cmd, cwd=REPO_ROOT, env={**engine_env(plugin), **extra_env}, stdout=f,
                                       stderr=subprocess.STDOUT, timeout=ENGINE_TIMEOUT_S)
                 rc = proc.returncode
             except subprocess.TimeoutExpired:

@@ -24,8 +24,9 @@ import os
 import sys
 import time
 
+# Lengths 5, 11, 70, 7: with 32-token KV blocks the long prompt spans three blocks.
 PROMPTS = [[11, 57, 103, 7, 250], [3, 99, 100, 101, 17, 44, 301, 88, 5, 12, 400],
-           [42] * 3 + list(range(200, 223)), [9, 8, 7, 6, 5, 4, 3]]
+           [42] * 3 + list(range(200, 267)), [9, 8, 7, 6, 5, 4, 3]]
 
 
 def _wrap(owner, name, record):
@@ -158,6 +159,7 @@ def main(argv=None) -> int:
     rec["metrics"] = spec_metrics(llm)
     rec["cpu_s"] = {k: round(v, 1) for k, v in cpu.items()}
     rec["triton_interpret"] = os.environ.get("TRITON_INTERPRET")
+    rec["kv_cache_layout"] = llm.llm_engine.vllm_config.cache_config.kv_cache_layout
     for calls in rec["impl_calls"].values():
         calls["layers"] = {k: sorted(v) for k, v in calls["layers"].items()}
     with open(a.out, "w") as f:

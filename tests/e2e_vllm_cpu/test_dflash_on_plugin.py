@@ -5,7 +5,8 @@ Three facts, each against an independent run of the same engine:
 * speculation really ran: the engine's spec-decode counters show drafts and draft tokens
   (num_speculative_tokens per draft), and ``DFlashProposer.propose`` was called;
 * lossless: greedy speculative output on the plugin equals greedy plain decoding on vLLM's
-  CPU_ATTN, token for token (and plain decoding on the plugin equals it too);
+  CPU_ATTN, token for token (and plain decoding on the plugin, over a BHLNC KV cache, equals
+  it too);
 * the draft itself is right: the token ids ``DFlashProposer.propose`` returned, call by call and
   row by row, equal those proposed when vLLM's own CPU_ATTN runs the same draft.  Random weights
   accept almost nothing, so output equality alone says nothing about the draft's non-causal

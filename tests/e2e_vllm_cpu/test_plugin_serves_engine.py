@@ -7,11 +7,13 @@ layers 0-3) and of the DFlash draft (non-causal, its one layer after the target'
 the KV writes (the target's, and the draft's projected context K/V) go through the plugin's
 ``do_kv_cache_update``; vLLM's own CPU attention impl is never called.  Without the switch
 the same engine runs vLLM's CPU_ATTN and the plugin sees nothing (the negative control that
-makes the positive counts meaningful).
+makes the positive counts meaningful).  The plugin's plain-decoding run uses a different
+worker-wide KV-cache layout (BHLNC), reached through ``VLLM_KV_CACHE_LAYOUT``.
 """
 
 import pytest
 
+from tests.e2e_vllm_cpu.conftest import PLUGIN_PLAIN_LAYOUT
 from tests.e2e_vllm_cpu.tiny_checkpoints import TARGET_LAYERS
 
 PLUGIN_IMPL = "dflash_rocm_plugin.vllm.impl.RocmDFlashImpl"
@@ -52,8 +54,10 @@ def test_plugin_writes_target_and_draft_kv(engine_runs):
     assert not run["kv_updates"].get(VLLM_CPU_IMPL)
 
 
-def test_plugin_serves_plain_decoding(engine_runs):
+def test_plugin_serves_plain_decoding_in_another_kv_layout(engine_runs):
     run = engine_runs.get("plugin_plain")
+    assert run["kv_cache_layout"] == PLUGIN_PLAIN_LAYOUT
+    assert engine_runs.get("plugin_dflash")["kv_cache_layout"] == "LBHNC"
     plugin = run["impl_calls"][PLUGIN_IMPL]
     assert plugin["layers"].get("causal") == TARGET_LAYER_NAMES
     assert plugin["non_causal"] == 0
