@@ -56,7 +56,7 @@ def run_backend(builder, impl, layer, batch, kv_cache):
     return output
 
 
-def check(backends, layer, batch, dtype):
+def check(backends, layer, batch, dtype, sliding_window=None, softcap=None):
     plugin_builder, plugin_impl, triton_builder, triton_impl = backends
     plugin_cache, triton_cache, ref_cache = (batch.kv_cache.clone() for _ in range(3))
     before = batch.kv_cache.clone()
@@ -73,7 +73,8 @@ def check(backends, layer, batch, dtype):
     n = batch.num_tokens
     expected = reference.paged_attention(
         batch.query[:n].double(), k_ref.double(), v_ref.double(), batch.block_table,
-        batch.seq_lens, batch.query_start_loc, causal=batch.causal, scale=D ** -0.5)
+        batch.seq_lens, batch.query_start_loc, causal=batch.causal, scale=D ** -0.5,
+        sliding_window=sliding_window, softcap=softcap)
     tol = TOL[dtype]
     torch.testing.assert_close(ours[:n].double(), expected, rtol=tol, atol=tol)
     torch.testing.assert_close(ours[:n], theirs[:n], rtol=tol, atol=tol)
@@ -121,6 +122,25 @@ def test_matches_triton_attn_and_reference_fp16(engine_config, layer, name, seq_
     batch = kv_batches.build(seq_lens, q_lens, causal=causal, layout=KVCacheLayout.LBNHC,
                              dtype=torch.float16, padding_rows=2, seed=7)
     check(pair, layer, batch, torch.float16)
+
+
+def test_sliding_window_and_softcap(engine_config, layer):
+    """Gemma/Mistral-style layers: window 8 and logit soft-capping, as vLLM passes them."""
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheLayout
+
+    spec = FullAttentionSpec(block_size=BS, num_kv_heads=HKV, head_size=D, dtype=torch.float32,
+                             sliding_window=8)
+    pair = []
+    with set_current_vllm_config(engine_config):
+        for member in (AttentionBackendEnum["ROCM_DFLASH"], AttentionBackendEnum.TRITON_ATTN):
+            cls = member.get_class()
+            pair += [cls.get_builder_cls()(spec, ["layer.0"], engine_config, torch.device("cpu")),
+                     cls.get_impl_cls()(HQ, D, D ** -0.5, HKV, None, 8, "auto", 5.0)]
+    batch = kv_batches.build([40, 7, 18, 3], [1, 7, 6, 1], causal=True, layout=KVCacheLayout.LBHNC,
+                             padding_rows=1, seed=11)
+    check(pair, layer, batch, torch.float32, sliding_window=8, softcap=5.0)
 
 
 @settings(max_examples=6, deadline=None, derandomize=True,
