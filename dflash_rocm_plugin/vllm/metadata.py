@@ -18,7 +18,7 @@ from vllm.v1.attention.backend import (
     CommonAttentionMetadata,
 )
 
-from dflash_rocm_plugin import ops
+from dflash_rocm_plugin.vllm import workspace_sizing
 
 
 @dataclass
@@ -35,7 +35,7 @@ class RocmDFlashMetadata(AttentionMetadata):
 
 class RocmDFlashMetadataBuilder(AttentionMetadataBuilder[RocmDFlashMetadata]):
     # Full graphs for uniform batches (decode, and 1+k spec-decode / DFlash blocks): the
-    # forward allocates nothing (out= and a workspace reserved here) and never reads the
+    # forward allocates nothing (out= and a split-KV scratch reserved here) and never reads the
     # device from the host.  Not ALWAYS: max_query_len is baked into a captured launch, and
     # mixed prefill batches replayed through one graph could exceed it.
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
@@ -45,11 +45,9 @@ class RocmDFlashMetadataBuilder(AttentionMetadataBuilder[RocmDFlashMetadata]):
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        model_config = vllm_config.model_config
-        parallel_config = vllm_config.parallel_config
-        num_q_heads = model_config.get_num_attention_heads(parallel_config)
-        head_size = kv_cache_spec.head_size
-        ops.reserve_workspace(device, workspace_tokens(vllm_config), num_q_heads, head_size)
+        num_q_heads = vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config)
+        workspace_sizing.reserve(vllm_config, device, num_q_heads, kv_cache_spec.num_kv_heads,
+                                 kv_cache_spec.head_size)
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> RocmDFlashMetadata:
@@ -76,14 +74,3 @@ class RocmDFlashMetadataBuilder(AttentionMetadataBuilder[RocmDFlashMetadata]):
     def update_draft_decode_metadata(self, metadata: RocmDFlashMetadata) -> None:
         pass
 
-
-def workspace_tokens(vllm_config) -> int:
-    """Most query tokens one captured launch can hold: the split-KV scratch is sized for it.
-
-    Only graph capture forbids growing the scratch later; eager batches larger than this
-    grow it outside capture.  So the bound is the largest CUDA-graph size, capped by the
-    scheduler's token budget.
-    """
-    budget = vllm_config.scheduler_config.max_num_batched_tokens
-    captured = getattr(vllm_config.compilation_config, "max_cudagraph_capture_size", None)
-    return max(1, min(budget, captured) if captured else budget)
