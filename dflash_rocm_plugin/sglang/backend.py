@@ -20,7 +20,7 @@ from sglang.srt.runtime_context import get_parallel, get_spec
 from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.sglang import metadata as md
 from dflash_rocm_plugin.sglang.config_check import check_runner
-from dflash_rocm_plugin.sglang.workspace_sizing import worst_split_launch
+from dflash_rocm_plugin.sglang.workspace_sizing import workspace_floats, worst_split_launch
 
 
 def sglang_window_to_ops(sliding_window_size) -> int | None:
@@ -99,7 +99,7 @@ class RocmDflashAttnBackend(AttentionBackend):
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int, **_unused):
         splits, tokens = self._worst_split_launch(max_bs)
-        floats = ops_workspace_floats(splits, tokens, self.num_q_heads, self.head_dim)
+        floats = workspace_floats(splits, tokens, self.num_q_heads, self.head_dim)
         self._graph = md.GraphBuffers.allocate(max_bs, self.pages_per_row, self.device, floats)
 
     def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
@@ -162,12 +162,6 @@ def write_loc(fb):
     if hasattr(KVWriteLoc, "for_batch"):
         return KVWriteLoc.for_batch(fb)
     return KVWriteLoc(fb.out_cache_loc)
-
-
-def ops_workspace_floats(splits: int, tokens: int, num_q_heads: int, head_dim: int) -> int:
-    from dflash_rocm_plugin.ops import workspace
-
-    return workspace.elements(splits, tokens, num_q_heads, head_dim) if splits else 0
 
 
 def _reject_unsupported(layer, fb, kwargs) -> None:

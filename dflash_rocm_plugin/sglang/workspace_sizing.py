@@ -26,3 +26,7 @@ def worst_split_launch(*, max_bs: int, rows_per_request: tuple[int, ...], num_q_
             if cfg.num_splits > 1 and size > need:
                 worst, need = (cfg.num_splits, bs * rows), size
     return worst
+
+
+def workspace_floats(num_splits: int, num_tokens: int, num_q_heads: int, head_dim: int) -> int:
+    return workspace.elements(num_splits, num_tokens, num_q_heads, head_dim) if num_splits else 0

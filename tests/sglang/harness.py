@@ -36,10 +36,10 @@ class Shape:
 
 
 def make_runner(shape: Shape, *, max_bs: int = 4, verify_tokens: int = 16, is_draft: bool = False,
-                sliding_window: int | None = None):
+                sliding_window: int | None = None, context_len: int = CONTEXT_LEN):
     page = shape.page_size
-    req_pool = ReqToTokenPool(size=max_bs, max_context_len=CONTEXT_LEN, device="cpu", enable_memory_saver=False)
-    num_pages = max_bs * (-(-CONTEXT_LEN // page)) * 2
+    req_pool = ReqToTokenPool(size=max_bs, max_context_len=context_len, device="cpu", enable_memory_saver=False)
+    num_pages = max_bs * (-(-min(context_len, 2 * CONTEXT_LEN) // page)) * 2
     kv_pool = MHATokenToKVPool(
         size=num_pages * page, page_size=page, dtype=shape.dtype, head_num=shape.num_kv_heads,
         head_dim=shape.head_dim, layer_num=1, device="cpu", enable_memory_saver=False, enable_alt_stream=False)
@@ -51,7 +51,7 @@ def make_runner(shape: Shape, *, max_bs: int = 4, verify_tokens: int = 16, is_dr
                                 num_key_value_heads=shape.num_kv_heads, head_dim=shape.head_dim)
     hf_config.get_text_config = lambda: hf_config
     model_config = SimpleNamespace(
-        attention_arch=AttentionArch.MHA, context_len=CONTEXT_LEN, head_dim=shape.head_dim,
+        attention_arch=AttentionArch.MHA, context_len=context_len, head_dim=shape.head_dim,
         v_head_dim=shape.head_dim, swa_v_head_dim=shape.head_dim, is_encoder_decoder=False,
         hf_config=hf_config, hf_text_config=hf_config, linear_attn_registry_result=None,
         get_max_num_attention_heads=lambda: shape.num_q_heads,

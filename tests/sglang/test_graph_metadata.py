@@ -17,13 +17,15 @@ def metadata_addresses(backend):
     return [t.data_ptr() for t in (m.block_table, m.seq_lens, m.query_start_loc)]
 
 
-@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("page_size, context_len", [(1, h.CONTEXT_LEN), (16, h.CONTEXT_LEN), (16, 1024)])
 @pytest.mark.parametrize("mode, encoder_only", [
     (ForwardMode.DECODE, False), (ForwardMode.TARGET_VERIFY, False), (ForwardMode.TARGET_VERIFY, True)])
-def test_capture_then_replay_smaller_batch(mode, encoder_only, page_size):
+def test_capture_then_replay_smaller_batch(mode, encoder_only, page_size, context_len):
+    """A long context capacity makes ops split the KV; the graph then uses the backend's
+    own reserved workspace, never the shared one an eager launch may regrow."""
     shape = h.Shape(page_size=page_size)
     rows = 1 if mode == ForwardMode.DECODE else 16
-    runner = h.make_runner(shape, max_bs=CAPTURE_BS)
+    runner = h.make_runner(shape, max_bs=CAPTURE_BS, context_len=context_len)
     backend = h.make_backend("rocm_dflash", runner)
     backend.init_cuda_graph_state(CAPTURE_BS, CAPTURE_BS * rows)
     assert backend.get_cuda_graph_seq_len_fill_value() == 1
@@ -35,6 +37,7 @@ def test_capture_then_replay_smaller_batch(mode, encoder_only, page_size):
     backend.init_forward_metadata_out_graph(fb, in_capture=True)
     backend.init_forward_metadata_in_graph(fb)
     captured = metadata_addresses(backend)
+    assert (backend.forward_metadata.workspace is not None) == (context_len > 512)
     out = h.run(backend, layer, fb, capture.q, capture.k, capture.v, eager=False)
     ref = h.expected(runner, capture, shape, causal=not encoder_only)
     torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=2e-5)
