@@ -15,6 +15,9 @@ import torch
 
 _lock = threading.Lock()
 _buffers: dict[torch.device, torch.Tensor] = {}
+# A graph captured earlier keeps the address of the buffer it launched with, so a
+# buffer that is outgrown is kept alive rather than freed.
+_retired: list[torch.Tensor] = []
 
 
 def elements(num_splits: int, num_tokens: int, num_q_heads: int, head_dim: int) -> int:
@@ -39,6 +42,9 @@ def _get(device: torch.device, numel: int) -> torch.Tensor:
                     f"split-KV workspace of {numel} floats is needed inside a graph capture but only "
                     f"{0 if buf is None else buf.numel()} are reserved; call "
                     "dflash_rocm_plugin.ops.reserve_workspace(...) with the largest batch before capture")
+            if buf is not None:
+                _retired.append(buf)
+                numel = max(numel, 2 * buf.numel())  # grow geometrically: few retired buffers
             buf = torch.empty(numel, dtype=torch.float32, device=device)
             _buffers[device] = buf
         return buf

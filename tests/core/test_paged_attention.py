@@ -176,3 +176,13 @@ def test_random_batches_match_reference(p):
                  layout=p["layout"], padding_rows=p["padding_rows"], seed=p["seed"])
     check(case, causal=p["causal"], sliding_window=p["window"], softcap=p["softcap"],
           num_kv_splits=p["splits"])
+
+
+def test_outgrown_workspace_stays_alive_for_earlier_graphs():
+    # A CUDA/HIP graph captured with the old buffer keeps launching into it.
+    from dflash_rocm_plugin.ops import workspace
+    dev = torch.device("cpu")
+    small = workspace._get(dev, 10)
+    big = workspace._get(dev, small.numel() + 1)
+    assert big.data_ptr() != small.data_ptr()
+    assert any(t.data_ptr() == small.data_ptr() for t in workspace._retired)
