@@ -161,6 +161,19 @@ def _draft_resolver():
     return "arg_hook", _hook_resolver()
 
 
+def _draft_code(kind):
+    """The code objects the fix rewrites (to see that a second apply leaves them alone)."""
+    if kind == "arg_hook":
+        from sglang.srt.arg_groups import speculative_hook
+        fn = speculative_hook._resolve_dflash_draft_attention_backend
+    else:
+        module = sys.modules.get("sglang.srt.speculative.dflash_worker_v2") or sys.modules[
+            "sglang.srt.speculative.dflash_worker"]
+        cls = getattr(module, "DFlashWorkerV2", None) or module.DFlashWorker
+        fn = cls.__init__
+    return (fn, getattr(fn, "__wrapped__", fn).__code__)
+
+
 def _draft_backend_checks(report, kind, resolve):
     from dflash_rocm_plugin.sglang.fixes import draft_backend
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
@@ -169,10 +182,19 @@ def _draft_backend_checks(report, kind, resolve):
     report["before_patch"] = {"explicit_rocm_dflash": resolve(_server_args(draft="rocm_dflash"))}
 
     from dflash_rocm_plugin import host_fix_catalogue as catalogue
-    status = catalogue.evaluate(catalogue.by_id(draft_backend.FIX_ID))
+    from dflash_rocm_plugin.sglang import register
+
+    # The adapter's entry point applies the fixes (it leaves the backend unregistered here:
+    # these releases are outside its range); a second call must change nothing.
+    register()
+    status = next(s for s in catalogue.statuses("sglang") if s.id == draft_backend.FIX_ID)
     report["patch_status"] = status.as_dict()
-    again = catalogue.evaluate(catalogue.by_id(draft_backend.FIX_ID))
-    report["second_evaluate_same"] = again == status
+    code_before = _draft_code(kind)
+    register()
+    again = next(s for s in catalogue.statuses("sglang") if s.id == draft_backend.FIX_ID)
+    report["second_evaluate_same"] = again == status and _draft_code(kind) == code_before
+    from dflash_rocm_plugin import doctor
+    report["doctor"] = doctor.collect(("sglang",))
 
     after = {"explicit_rocm_dflash": resolve(_server_args(draft="rocm_dflash")),
              "explicit_triton": resolve(_server_args(draft="triton"))}

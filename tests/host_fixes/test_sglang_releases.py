@@ -75,7 +75,7 @@ def test_unpatched_release_throws_rocm_dflash_away(reports, version):
 
 
 @pytest.mark.parametrize("version", sorted(PRIVATE_ALLOW_LIST))
-def test_patch_applies_once(reports, version):
+def test_adapter_register_applies_the_patch_once(reports, version):
     r = reports[version]
     assert r["patch_status"]["status"] == "applied", r["patch_status"]
     assert r["second_evaluate_same"]
@@ -109,6 +109,17 @@ def test_caller_server_args(reports, version):
         assert after["caller_args_after_worker"] is None  # the worker resolves on its own copy
     else:
         assert after["caller_args_after_worker"] == "rocm_dflash"  # the hook stores its result
+
+
+@pytest.mark.parametrize("version", sorted(PRIVATE_ALLOW_LIST))
+def test_doctor_on_an_unsupported_release(reports, version):
+    report = reports[version]["doctor"]
+    host = report["hosts"]["sglang"]
+    assert host["version"] == version and not host["supported"] and not host["registered"]
+    assert host["entry_point"]
+    fixes = {f["id"]: f["status"] for f in host["fixes"]}
+    assert fixes["sglang-dflash-draft-backend"] == "applied"
+    assert report["ok"]  # an unsupported host is reported, not a failure
 
 
 def test_shared_worker_gate_of_0_5_18_lets_rocm_dflash_through(reports):

@@ -1,0 +1,106 @@
+"""``dflash-rocm doctor``: text and JSON output, and its exit status.
+
+In this environment neither host is installed in site-packages, so the in-process runs show
+the no-host report.  The real SGLang 0.5.23 and 0.5.18 releases (unpacked by the hostfix
+environment) are put on PYTHONPATH for CLI runs in subprocesses: on 0.5.23 the plugin's
+entry point is seen, ``rocm_dflash`` is registered after SGLang's own ``load_plugins()`` and
+every fix is "not needed" (exit 0); with the plugin filtered out by ``SGLANG_PLUGINS`` the
+same supported host reports the failed registration and exits 1.  (The report on 0.5.18,
+outside the adapter's range, is checked in test_sglang_releases.py, from the same process
+that exercised the fix.)
+"""
+
+import json
+
+import pytest
+
+from dflash_rocm_plugin import doctor
+from tests.host_fixes import _releases
+
+
+def test_json_without_hosts(capsys):
+    assert doctor.main(["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["platform"] in ("CPU", "CUDA", "ROCm")
+    assert report["versions"]["torch"] and report["versions"]["sglang"] is None
+    assert report["hosts"]["sglang"] == {**report["hosts"]["sglang"], "installed": False, "registered": None}
+    assert report["kernel_path"]
+    assert report["ok"] is True
+
+
+def test_text_without_hosts(capsys):
+    assert doctor.main([]) == 0
+    text = capsys.readouterr().out
+    assert "platform: " in text and "kernel path: " in text
+    assert "vllm: not installed" in text and "sglang: not installed" in text
+    assert text.rstrip().endswith("status: OK")
+
+
+def test_supported_ranges_come_from_the_extras():
+    ranges = doctor.supported_ranges()
+    assert set(ranges) == {"vllm", "sglang"}
+    assert doctor.in_range("0.5.23", ranges["sglang"]) and not doctor.in_range("0.5.18", ranges["sglang"])
+    assert doctor.in_range("0.5.23+rocm7", ranges["sglang"])
+
+
+def test_failed_registration_of_a_supported_host_exits_1(monkeypatch, capsys):
+    real = doctor.package_version
+    monkeypatch.setattr(doctor, "package_version",
+                        lambda names: "0.5.23" if "sglang" in names else real(names))
+    monkeypatch.setitem(doctor._REGISTRATION_CHECKS, "sglang", lambda: (False, "not in ATTENTION_BACKENDS"))
+    assert doctor.main(["--host", "sglang"]) == 1
+    text = capsys.readouterr().out
+    assert "rocm_dflash: NOT registered - not in ATTENTION_BACKENDS" in text
+    assert "status: FAILED" in text
+
+
+def test_a_crashing_host_check_is_reported_not_raised(monkeypatch, capsys):
+    real = doctor.package_version
+    monkeypatch.setattr(doctor, "package_version", lambda names: "0.33.0" if "vllm" in names else real(names))
+    monkeypatch.setitem(doctor._REGISTRATION_CHECKS, "vllm", lambda: 1 / 0)
+    assert doctor.main(["--json", "--host", "vllm"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert "ZeroDivisionError" in report["hosts"]["vllm"]["detail"]
+    assert [f["id"] for f in report["hosts"]["vllm"]["fixes"]] == [
+        "vllm-aiter-fa-extend-noncausal", "vllm-noncausal-claims"]
+
+
+RUNS = {
+    "0.5.23": ("0.5.23", {}),
+    "0.5.23-filtered": ("0.5.23", {"SGLANG_PLUGINS": "some_other_plugin"}),
+}
+
+
+@pytest.fixture(scope="module")
+def real_runs():
+    if not all(_releases.release_dir("sglang", v).is_dir() for v, _ in RUNS.values()):
+        pytest.skip("sglang releases not unpacked (ci/envs/hostfix.post.sh)")
+    results, procs, pending = {}, {}, list(RUNS)
+    while pending or procs:
+        while pending and len(procs) < 2:
+            name = pending.pop(0)
+            version, env = RUNS[name]
+            procs[name] = _releases.start("sglang", version, ["-m", "dflash_rocm_plugin.cli", "doctor", "--json",
+                                                             "--host", "sglang"], **env)
+        name = next(iter(procs))
+        rc, out, err = _releases.finish(procs.pop(name))
+        start = out.find("{")
+        assert start >= 0, f"no JSON from doctor ({name}): {out[-2000:]}\n{err[-4000:]}"
+        results[name] = (rc, json.loads(out[start:]), err)
+    return results
+
+
+def test_real_sglang_0_5_23_registered(real_runs):
+    rc, report, err = real_runs["0.5.23"]
+    host = report["hosts"]["sglang"]
+    assert host["version"] == "0.5.23" and host["supported"] and host["entry_point"]
+    assert host["registered"] is True, (host["detail"], err[-3000:])
+    assert {f["status"] for f in host["fixes"]} == {"not needed"}
+    assert rc == 0 and report["ok"]
+
+
+def test_real_sglang_0_5_23_filtered_plugin_fails(real_runs):
+    rc, report, _ = real_runs["0.5.23-filtered"]
+    host = report["hosts"]["sglang"]
+    assert host["entry_point"] and host["registered"] is False
+    assert rc == 1 and not report["ok"]
