@@ -1,6 +1,6 @@
 """Launch-config sweep for ops.paged_attention on a GPU: tile shapes, warps, stages, KV splits.
 
-    python benchmarks/sweep.py --out sweep.json [--deadline-s 300]
+    python benchmarks/sweep.py --out sweep.json [--deadline-s 300] [--part variants,tiles,splits]
 
 Part 1 times every (BLOCK_N, num_warps, num_stages) on the large-batch target shapes; part 2
 times KV-split counts on the small-batch shapes.  Results feed ops/launch_config.py; the numbers
@@ -55,6 +55,10 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="re-time the 64/4/{2,3,4} tiles only")
     ap.add_argument("--layout", action="store_true",
                     help="shuffled vs sequential pages at the default launch, against dense SDPA")
+    ap.add_argument("--split-cells", default=None, help="batch x context x page list, e.g. 8x4096x16,1x32768x1")
+    ap.add_argument("--splits", default="1,2,4,8,12,16,24,32")
+    ap.add_argument("--variant-cells", default=None, help="e.g. 32x16384x1xdraft,64x8192x16xverify")
+    ap.add_argument("--variants", default=None, help="comma list of variant names (default: all)")
     args = ap.parse_args()
     t0 = time.time()
     dev = torch.device("cuda")
@@ -86,6 +90,42 @@ def main() -> int:
                 del case, calls
                 torch.cuda.empty_cache()
         save()
+    if "variants" in args.part:
+        # v2: page ids outside the pipeliner (page_ids_asm) and 32-bit offsets, one at a time and
+        # together, then tile shapes that the deeper pipeline makes worth re-trying.
+        variants = [
+            ("v1 (tl.load ids, 64-bit)", dict(page_ids_asm=False, offsets_32=False)),
+            ("32-bit offsets", dict(page_ids_asm=False, offsets_32=True)),
+            ("asm ids", dict(page_ids_asm=True, offsets_32=False)),
+            ("asm ids + 32-bit", dict(page_ids_asm=True, offsets_32=True)),
+            ("asm+32 S=2", dict(page_ids_asm=True, offsets_32=True, num_stages=2)),
+            ("asm+32 BN32 S=3", dict(page_ids_asm=True, offsets_32=True, block_n=32, num_stages=3)),
+            ("asm+32 BN32 S=4", dict(page_ids_asm=True, offsets_32=True, block_n=32, num_stages=4)),
+        ]
+        if args.variants:
+            variants = [v for v in variants if v[0] in args.variants.split(",")]
+        result["variants"] = []
+        cells = [(32, 16384, 16, "draft"), (32, 16384, 16, "verify"), (32, 16384, 1, "draft"),
+                 (32, 16384, 1, "verify"), (64, 8192, 16, "draft"), (64, 8192, 1, "verify"),
+                 (8, 4096, 16, "draft"), (8, 4096, 1, "verify"), (1, 32768, 16, "draft")]
+        if args.variant_cells:
+            cells = [(int(b), int(c), int(p), m) for b, c, p, m in
+                     (cell.split("x") for cell in args.variant_cells.split(","))]
+        for b, c, page, mode in cells:
+            shape = Shape("qwen3-8b", mode, b, c, page)
+            case = inputs.build(shape, dev)
+            case.ref = inputs.reference(case)
+            for name, fields in variants:
+                if time.time() - t0 > args.deadline_s * 0.75:
+                    break
+                r = measure(case, **fields)
+                r.update(shape=shape.label, variant=name)
+                result["variants"].append(r)
+                print(f"{shape.label:<32} {name:<26} "
+                      + (f"{r['us']:8.1f} us {r['tbs']:5.2f} TB/s" if "us" in r else r["error"]), flush=True)
+            save()
+            del case
+            torch.cuda.empty_cache()
     if "tiles" in args.part:
         configs = list(itertools.product([64, 32, 128], [4, 8], [3, 2, 4]))
         cells = [(32, 16384, 16, "draft"), (32, 16384, 16, "verify"), (32, 16384, 1, "draft"),
@@ -112,11 +152,13 @@ def main() -> int:
     if "splits" in args.part:
         cells = [(1, 32768, 16), (8, 4096, 16), (1, 32768, 1), (8, 4096, 1), (1, 4096, 16), (8, 16384, 16),
                  (4, 8192, 16), (16, 4096, 16)]
+        if args.split_cells:
+            cells = [tuple(int(x) for x in cell.split("x")) for cell in args.split_cells.split(",")]
         for b, c, page in cells:
             shape = Shape("qwen3-8b", "draft", b, c, page)
             case = inputs.build(shape, dev)
             case.ref = inputs.reference(case)
-            for splits in [1, 2, 4, 8, 12, 16, 24, 32]:
+            for splits in [int(x) for x in args.splits.split(",")]:
                 if time.time() - t0 > args.deadline_s:
                     break
                 r = measure(case, num_splits=splits)
@@ -130,9 +172,10 @@ def main() -> int:
             torch.cuda.empty_cache()
     save()
     print(f"sweep done in {time.time() - t0:.0f} s; best per shape:", flush=True)
-    for part, keys in (("tiles", ("block_n", "num_warps", "num_stages")), ("splits", ("num_splits",))):
+    for part, keys in (("tiles", ("block_n", "num_warps", "num_stages")), ("splits", ("num_splits",)),
+                       ("variants", ("variant",))):
         by_shape: dict = {}
-        for r in result[part]:
+        for r in result.get(part, []):
             if "us" in r:
                 by_shape.setdefault(r["shape"], []).append(r)
         for shape, rs in by_shape.items():

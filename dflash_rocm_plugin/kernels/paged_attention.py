@@ -24,6 +24,19 @@ tiles at the causal diagonal, the sequence end or a window edge run masked.
 The kernel is bound by HBM bandwidth (about 64 FLOP per K/V byte with a
 GQA-4 group of 16 tokens), so the hot loop must do little besides two dots
 and the exponentials while the next tiles stream in (``num_stages``).
+
+Two launch-time switches serve that streaming:
+  * PAGE_IDS_ASM (NVIDIA only): Triton's software pipeliner treats the
+    block-table read as the first load of an indirect chain and gives the K/V
+    gather only the remaining stages: at ``num_stages=3`` the K/V tile of step
+    i+1 is issued after step i's dots and every step starts by draining all
+    copies (``cp.async.wait_group 0``), so each tile pays the full memory
+    latency.  Reading the page ids with an inline ``ld.global.nc`` (an op the
+    pipeliner does not convert) leaves the K/V gather as the loop's only
+    pipelined load: three buffers, two tiles in flight, a partial wait.
+  * OFFSETS_32: when every element of both caches lies within 2^31 of its base
+    (checked on the host), the per-key ``page * stride`` products run in
+    32-bit instead of 64-bit integer arithmetic.
 """
 
 import triton
@@ -63,7 +76,7 @@ def _attend_tile(
     dims, dim_ok,
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr,
     CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
 ):
     """One BLOCK_N-key step of the online softmax for all BLOCK_M query rows.
 
@@ -76,9 +89,16 @@ def _attend_tile(
     # Repeated block-table entries of one page hit L1, so this costs no HBM.
     if MASKED:
         key_ok = key < kv_end
-        page = tl.load(bt_row + (key // PAGE_SIZE) * stride_btb, mask=key_ok, other=0).to(tl.int64)
+        page = tl.load(bt_row + (key // PAGE_SIZE) * stride_btb, mask=key_ok, other=0)
+    elif PAGE_IDS_ASM:
+        # Not a tl.load, so the pipeliner streams K/V two tiles ahead (module docstring).
+        page = tl.inline_asm_elementwise(
+            "ld.global.nc.b32 $0, [$1];", "=r,l", [bt_row + (key // PAGE_SIZE) * stride_btb],
+            dtype=tl.int32, is_pure=True, pack=1)
     else:
-        page = tl.load(bt_row + (key // PAGE_SIZE) * stride_btb).to(tl.int64)
+        page = tl.load(bt_row + (key // PAGE_SIZE) * stride_btb)
+    if not OFFSETS_32:
+        page = page.to(tl.int64)
     in_page = key % PAGE_SIZE
     k_off = page * stride_kb + in_page * stride_ks + kv_head * stride_kh
     v_off = page * stride_vb + in_page * stride_vs + kv_head * stride_vh
@@ -142,6 +162,7 @@ def paged_attention_kernel(
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
     CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -203,14 +224,16 @@ def paged_attention_kernel(
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
-            dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION)
+            dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
+            PAGE_IDS_ASM, OFFSETS_32)
     for t in range(tl.maximum(tile_lo, full_hi), tile_hi):
         acc, l_i, m_i = _attend_tile(
             acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
-            dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION)
+            dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
+            PAGE_IDS_ASM, OFFSETS_32)
 
     has_keys = l_i > 0.0
     acc = acc / tl.where(has_keys, l_i, 1.0)[:, None]

@@ -110,7 +110,8 @@ def paged_attention(
     cfg = launch_config.choose(
         num_tokens=num_tokens, num_seqs=num_seqs, num_kv_heads=num_kv_heads, group=group,
         head_dim=head_dim, kv_capacity=block_table.shape[1] * block_size,
-        max_query_len=max_query_len, num_splits=num_kv_splits, device_index=device.index)
+        max_query_len=max_query_len, num_splits=num_kv_splits, device_index=device.index,
+        page_size=block_size)
     if cfg.num_splits > 1:
         p_out, p_lse = workspace.partials(device, cfg.num_splits, num_tokens, num_q_heads, head_dim,
                                           workspace_buffer)
@@ -130,6 +131,7 @@ def paged_attention(
         GQA=group, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         PAGE_SIZE=block_size, CAUSAL=causal, USE_WINDOW=window > 0, USE_SOFTCAP=cap > 0.0,
         NUM_SPLITS=cfg.num_splits, DOT_PRECISION="ieee" if q.dtype == torch.float32 else None,
+        PAGE_IDS_ASM=cfg.page_ids_asm, OFFSETS_32=cfg.offsets_32 and _fits_int32(k_cache) and _fits_int32(v_cache),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if cfg.num_splits > 1:
@@ -141,6 +143,11 @@ def paged_attention(
             num_warps=4,
         )
     return out
+
+
+def _fits_int32(cache: torch.Tensor) -> bool:
+    """Every element's offset from the base fits in int32 (the kernel's 32-bit address math)."""
+    return sum((n - 1) * abs(st) for n, st in zip(cache.shape, cache.stride())) < 2**31
 
 
 def _partial_strides(p_out: torch.Tensor, p_lse: torch.Tensor, num_splits: int):

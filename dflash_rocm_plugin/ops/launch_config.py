@@ -38,6 +38,12 @@ class AttentionLaunch:
     num_splits: int
     num_warps: int
     num_stages: int
+    # Page ids read by inline PTX so Triton pipelines the K/V gather two tiles deep
+    # (kernels/paged_attention.py); NVIDIA only.
+    page_ids_asm: bool = False
+    # 32-bit cache offsets; applied only where both caches fit (checked per call from their
+    # sizes and strides in ops/attention.py).
+    offsets_32: bool = True
 
 
 # Field overrides applied by ``choose`` (benchmark sweeps only; see ``forced``).
@@ -77,9 +83,10 @@ def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int
         return block_n, 4, 2 if arch.startswith("gfx95") else 1
     if arch == "cpu":
         return (64 if head_dim_pad <= 128 else 32), 4, 1
-    # NVIDIA, measured on H200 (benchmarks/NOTES.md, sweep v1): at 32 x 16K
-    # BLOCK_N 64 / 4 warps / 3 stages streams 3.81-3.87 TB/s; BLOCK_N 128 or
-    # 32 lose 20-30 %, 8 warps lose 20-50 %.
+    # NVIDIA, measured on H200 (benchmarks/NOTES.md, sweeps v1 and v2): at 32 x 16K
+    # BLOCK_N 64 / 4 warps / 3 stages streams 4.28 TB/s with inline page ids
+    # (3 K/V buffers, 112 KB shared memory: still 2 programs per SM); 2 stages
+    # 3.93, BLOCK_N 32 3.6-4.1; in v1 BLOCK_N 128 lost 20-30 %, 8 warps 20-50 %.
     if head_dim_pad <= 128:
         return 64, (8 if block_m >= 128 else 4), 3
     return 32, 8, 2
@@ -87,7 +94,7 @@ def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int
 
 def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, head_dim: int,
            kv_capacity: int, max_query_len: int | None, num_splits: int | None,
-           device_index: int | None) -> AttentionLaunch:
+           device_index: int | None, page_size: int | None = None) -> AttentionLaunch:
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     # Query rows per tile: 64, or 128 when the group is large and the head is
     # small enough for the accumulator to stay in registers.
@@ -111,7 +118,13 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             slots = PROGRAMS_PER_SM * _runtime.multiprocessor_count(device_index)
             by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
             num_splits = max(1, min(slots // programs, by_length, MAX_SPLITS))
-    launch = AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages)
+    page_ids_asm = arch.startswith("sm_") and not _runtime.interpreting()
+    # H200 sweep v2 (benchmarks/NOTES.md): inline page ids + 32-bit offsets stream 4.17-4.29 TB/s
+    # at page 16 (v1: 3.65-3.69), but at page 1 that pair fell to 2.56-3.21 TB/s while either
+    # change alone gave 3.61-3.69; page 1 keeps 64-bit offsets.
+    offsets_32 = not (page_ids_asm and page_size == 1)
+    launch = AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages,
+                             page_ids_asm, offsets_32)
     if _forced:
         launch = dataclasses.replace(launch, **_forced)
     return launch

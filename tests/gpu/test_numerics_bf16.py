@@ -58,3 +58,43 @@ def test_graph_split_and_no_split_agree_closely():
     a = ops.paged_attention(q, k, v, table, sl, qsl, causal=False, num_kv_splits=1)
     b = ops.paged_attention(q, k, v, table, sl, qsl, causal=False, num_kv_splits=16)
     assert float((a.float() - b.float()).norm() / a.float().norm()) < 1e-2
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
+@pytest.mark.parametrize("page", [16, 1])
+@pytest.mark.parametrize("fields", [dict(page_ids_asm=False, offsets_32=False), dict(page_ids_asm=True),
+                                    dict(page_ids_asm=True, block_n=32, num_stages=4)],
+                         ids=["tl-load-ids-64bit", "asm-ids", "asm-ids-bn32"])
+def test_page_id_and_offset_paths_match_float64(causal, page, fields):
+    """Every page-id read path and offset width computes the same attention (ragged, page-straddling)."""
+    from dflash_rocm_plugin.ops import launch_config
+    q, k, v, table, sl, qsl = _build([1000, 4111, 16, 2049], page, seed=3)
+    out = torch.full_like(q, float("nan"))
+    with launch_config.forced(**fields):
+        ops.paged_attention(q, k, v, table, sl, qsl, causal=causal, out=out, max_query_len=16)
+    torch.cuda.synchronize()
+    ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=causal)
+    assert _rel(out, ref) < 1e-2
+
+
+def test_cache_beyond_int32_offsets_uses_64bit_addresses():
+    """A cache of more than 2^31 elements, read at pages past that offset, still gives the right answer."""
+    page, hkv, d = 16, 8, 128
+    nb = (2**31) // (page * hkv * d) + 64          # 4 GiB + 64 pages per cache
+    k = torch.empty(nb, page, hkv, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.empty_like(k)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    pages = torch.arange(nb - 40, nb, device="cuda", dtype=torch.int32)  # all past 2^31 elements
+    k[pages.long()] = torch.randn(40, page, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    v[pages.long()] = torch.randn(40, page, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    table = pages.flip(0).reshape(1, 40).contiguous()
+    sl = torch.tensor([40 * page - 5], dtype=torch.int32, device="cuda")
+    qsl = torch.tensor([0, 16], dtype=torch.int32, device="cuda")
+    q = torch.randn(16, 32, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    out = torch.full_like(q, float("nan"))
+    ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, num_kv_splits=1)
+    torch.cuda.synchronize()
+    kk, vv = k[pages.long()].cpu(), v[pages.long()].cpu()
+    local = torch.arange(40, dtype=torch.int32).flip(0).reshape(1, 40)
+    ref = reference.paged_attention(q.cpu(), kk, vv, local, sl.cpu(), qsl.cpu(), causal=True)
+    assert _rel(out, ref) < 1e-2
