@@ -85,7 +85,8 @@ def platform_info() -> dict:
     return info
 
 
-def kernel_path() -> str:
+def kernel_path():
+    """``ops.impl_select.describe()`` when the ops layer has it (a dict or a string), else "triton"."""
     try:
         from dflash_rocm_plugin.ops import impl_select
     except ImportError:
@@ -94,7 +95,7 @@ def kernel_path() -> str:
     if describe is None:
         return "triton"
     try:
-        return str(describe())
+        return describe()
     except Exception as exc:  # noqa: BLE001
         return f"triton (impl_select.describe() failed: {exc!r})"
 
@@ -174,12 +175,22 @@ def collect(hosts=("vllm", "sglang")) -> dict:
     return report
 
 
+def _kernel_line(path) -> str:
+    if not isinstance(path, dict):
+        return str(path)
+    parts = []
+    for op, choice in path.items():
+        if isinstance(choice, dict) and "impl" in choice:
+            parts.append(f"{op}: {choice['impl']} ({choice.get('reason', '')})")
+    return "; ".join(parts) or json.dumps(path, default=str)
+
+
 def render(report: dict) -> str:
     arch = f" ({report['gpu_arch']}, {report['device_name']})" if report.get("gpu_arch") else ""
     lines = [f"dflash-rocm-plugin {report['plugin']}",
              f"platform: {report['platform']}{arch}",
              "versions: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in report["versions"].items()),
-             f"kernel path: {report['kernel_path']}"]
+             f"kernel path: {_kernel_line(report['kernel_path'])}"]
     for host, h in report["hosts"].items():
         if not h["installed"]:
             lines.append(f"{host}: not installed")
