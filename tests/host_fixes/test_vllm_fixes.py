@@ -136,9 +136,16 @@ def test_extend_probe_refuses_without_source(monkeypatch):
     assert aiter_fa_extend.probe_module(module).refused
 
 
-def test_extend_probe_off_rocm():
-    # The hostfix environment has no vLLM at all: nothing to patch, and it says why.
-    found = aiter_fa_extend.probe()
+def test_probes_off_rocm():
+    # This machine's torch is not a ROCm build: nothing to patch, and each probe says why.
+    for probe in (aiter_fa_extend.probe, noncausal_claims.probe):
+        found = probe()
+        assert not found.needed and "ROCm" in found.reason
+
+
+def test_extend_probe_without_vllm(monkeypatch):
+    monkeypatch.setattr(_source, "on_rocm", lambda: True)
+    found = aiter_fa_extend.probe()  # the hostfix environment has no vLLM at all
     assert not found.needed and "not importable" in found.reason
 
 

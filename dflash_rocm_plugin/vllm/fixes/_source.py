@@ -23,8 +23,13 @@ def optional_module(name: str):
     """The module, or None when this release does not have it or it cannot load here."""
     try:
         return importlib.import_module(name)
-    except ImportError:
+    except Exception:  # noqa: BLE001 - ROCm-only modules may fail in odd ways elsewhere
         return None
+
+
+def on_rocm() -> bool:
+    import torch
+    return getattr(torch.version, "hip", None) is not None
 
 
 def source_of(obj) -> str | None:

@@ -64,6 +64,8 @@ def probe_module(module) -> Probe:
 
 
 def probe() -> Probe:
+    if not _source.on_rocm():
+        return Probe.not_needed("ROCM_AITER_FA only runs on ROCm builds of torch")
     module = _source.optional_module(MODULE)
     if module is None:
         return Probe.not_needed("ROCM_AITER_FA is not importable here (no ROCm/AITER)")

@@ -56,6 +56,8 @@ def probe_backends(backends) -> Probe:
 
 
 def probe() -> Probe:
+    if not _source.on_rocm():
+        return Probe.not_needed("ROCm attention backends are only selectable on ROCm builds of torch")
     backends = []
     for name in MODULES:
         module = _source.optional_module(name)
