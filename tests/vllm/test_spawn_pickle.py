@@ -6,6 +6,8 @@ import pickle
 import subprocess
 import sys
 
+from tests.vllm.conftest import dflash_spec, engine_args
+
 CHILD = r"""
 import os, pickle, sys
 os.environ["VLLM_TARGET_DEVICE"] = "cpu"
@@ -23,7 +25,10 @@ print("OK")
 """
 
 
-def test_pickled_config_unpickles_without_plugins(engine_config, tmp_path):
+def test_pickled_config_unpickles_without_plugins(model_dirs, tmp_path):
+    # A config fresh from create_engine_config, as the front-end process hands it over.
+    engine_config = engine_args(model_dirs, attention_backend="rocm_dflash",
+                                speculative_config=dflash_spec(model_dirs)).create_engine_config()
     path = tmp_path / "vllm_config.pkl"
     path.write_bytes(pickle.dumps(engine_config))
     proc = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True,
