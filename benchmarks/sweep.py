@@ -101,6 +101,11 @@ def main() -> int:
             ("asm+32 S=2", dict(page_ids_asm=True, offsets_32=True, num_stages=2)),
             ("asm+32 BN32 S=3", dict(page_ids_asm=True, offsets_32=True, block_n=32, num_stages=3)),
             ("asm+32 BN32 S=4", dict(page_ids_asm=True, offsets_32=True, block_n=32, num_stages=4)),
+            # page 1 (64-bit offsets there): shallower or narrower tiles
+            ("asm S=2", dict(page_ids_asm=True, offsets_32=False, num_stages=2)),
+            ("asm BN32 S=3", dict(page_ids_asm=True, offsets_32=False, block_n=32, num_stages=3)),
+            ("asm BN32 S=4", dict(page_ids_asm=True, offsets_32=False, block_n=32, num_stages=4)),
+            ("32-bit BN32 S=4", dict(page_ids_asm=False, offsets_32=True, block_n=32, num_stages=4)),
         ]
         if args.variants:
             variants = [v for v in variants if v[0] in args.variants.split(",")]

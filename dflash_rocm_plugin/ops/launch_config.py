@@ -113,7 +113,9 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             # Fill exactly one wave of resident programs, never more: on H200
             # every measured optimum had programs x splits <= 2 x 132 (8 x 4K:
             # 4 splits 2.25 TB/s, 8 splits 1.97; 16 x 4K: 2 splits 3.10, 4 splits
-            # 2.38), because a second, partial wave costs a whole tile time.
+            # 2.38), because a second, partial wave costs a whole tile time.  With the v2
+            # kernel 8 x 4K peaks at 2 splits instead (2.63 vs 2.43 TB/s) while 4 x 8K,
+            # 8 x 16K, 16 x 4K and 1 x 32K still peak here; NOTES.md suspects the split merge.
             programs = max(1, num_seqs * num_kv_heads)
             slots = PROGRAMS_PER_SM * _runtime.multiprocessor_count(device_index)
             by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
