@@ -54,6 +54,8 @@ def register() -> None:
                 "dflash_rocm_plugin: vLLM %s is outside the supported range %s; the rocm_dflash "
                 "attention backend is NOT registered", version, SUPPORTED_RANGE)
             _registered = True
+            # The host fixes repair vLLM's own ROCm backends, which older releases need most.
+            _run_optional("host_fixes", "apply")
             return
         _register_backend()
         from dflash_rocm_plugin.vllm import draft_backend

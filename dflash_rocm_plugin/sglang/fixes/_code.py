@@ -3,19 +3,8 @@
 from __future__ import annotations
 
 import importlib
-import inspect
-import textwrap
 
-MARK = "__dflash_rocm_fix__"
-
-
-def is_marked(obj) -> bool:
-    return bool(getattr(obj, MARK, False))
-
-
-def mark(obj, fix_id: str):
-    setattr(obj, MARK, fix_id)
-    return obj
+from dflash_rocm_plugin.patching import MARK, is_marked, mark, source_of  # noqa: F401 (re-exported)
 
 
 def optional_module(name: str):
@@ -27,9 +16,3 @@ def optional_module(name: str):
             return None
         raise
 
-
-def source_of(obj) -> str | None:
-    try:
-        return textwrap.dedent(inspect.getsource(obj))
-    except (OSError, TypeError):
-        return None
