@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from dflash_rocm_plugin import ops
-from dflash_rocm_plugin.ops import launch_config, workspace
+from dflash_rocm_plugin.ops import workspace_plan
 
 logger = logging.getLogger("dflash_rocm_plugin.vllm")
 
@@ -33,22 +33,15 @@ def max_captured_tokens(vllm_config) -> int:
 
 
 def reserve(vllm_config, device, num_q_heads: int, num_kv_heads: int, head_dim: int) -> None:
-    max_tokens = max_captured_tokens(vllm_config)
-    max_reqs = vllm_config.scheduler_config.max_num_seqs
-    # Upper bound on block_table width x block size: more keys never means fewer splits.
-    kv_capacity = 2 * vllm_config.model_config.max_model_len
-    device_index = getattr(device, "index", None)
-    worst_splits, worst_tokens, need = 0, 0, 0
-    for rows in uniform_query_rows(vllm_config):
-        for reqs in range(1, min(max_reqs, max_tokens // rows) + 1):
-            cfg = launch_config.choose(
-                num_tokens=reqs * rows, num_seqs=reqs, num_kv_heads=num_kv_heads,
-                group=num_q_heads // num_kv_heads, head_dim=head_dim, kv_capacity=kv_capacity,
-                max_query_len=rows, num_splits=None, device_index=device_index)
-            size = workspace.elements(cfg.num_splits, reqs * rows, num_q_heads, head_dim)
-            if cfg.num_splits > 1 and size > need:
-                worst_splits, worst_tokens, need = cfg.num_splits, reqs * rows, size
-    if need:
-        ops.reserve_workspace(device, worst_tokens, num_q_heads, head_dim, max_splits=worst_splits)
+    splits, tokens = workspace_plan.worst_split_launch(
+        max_requests=vllm_config.scheduler_config.max_num_seqs,
+        rows_per_request=uniform_query_rows(vllm_config),
+        num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+        # Upper bound on block_table width x block size: more keys never means fewer splits.
+        kv_capacity=2 * vllm_config.model_config.max_model_len,
+        device_index=getattr(device, "index", None),
+        max_tokens=max_captured_tokens(vllm_config))
+    if splits:
+        ops.reserve_workspace(device, tokens, num_q_heads, head_dim, max_splits=splits)
         logger.debug("dflash_rocm_plugin: reserved split-KV scratch for %d tokens x %d splits",
-                     worst_tokens, worst_splits)
+                     tokens, splits)
