@@ -106,6 +106,10 @@ def main() -> int:
             ("asm BN32 S=3", dict(page_ids_asm=True, offsets_32=False, block_n=32, num_stages=3)),
             ("asm BN32 S=4", dict(page_ids_asm=True, offsets_32=False, block_n=32, num_stages=4)),
             ("32-bit BN32 S=4", dict(page_ids_asm=False, offsets_32=True, block_n=32, num_stages=4)),
+            # split-KV shapes: warps of the merge kernel
+            ("merge 1 warp", dict(merge_warps=1)),
+            ("merge 2 warps", dict(merge_warps=2)),
+            ("merge 4 warps", dict(merge_warps=4)),
         ]
         if args.variants:
             variants = [v for v in variants if v[0] in args.variants.split(",")]

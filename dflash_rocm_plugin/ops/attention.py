@@ -140,7 +140,7 @@ def paged_attention(
             *out.stride(), *_partial_strides(p_out, p_lse, cfg.num_splits),
             HEAD_DIM=head_dim, HEAD_DIM_PAD=cfg.head_dim_pad,
             NUM_SPLITS=cfg.num_splits, SPLITS_PAD=max(2, 1 << math.ceil(math.log2(cfg.num_splits))),
-            num_warps=4,
+            num_warps=cfg.merge_warps,
         )
     return out
 

@@ -44,6 +44,9 @@ class AttentionLaunch:
     # 32-bit cache offsets; applied only where both caches fit (checked per call from their
     # sizes and strides in ops/attention.py).
     offsets_32: bool = True
+    # Warps per split-merge program (one query row x head, SPLITS x HEAD_DIM floats).  H200:
+    # 1 warp makes 8 x 4K 2.47 -> 2.94 TB/s (4 warps: 4 096 near-empty 128-thread programs).
+    merge_warps: int = 1
 
 
 # Field overrides applied by ``choose`` (benchmark sweeps only; see ``forced``).
@@ -113,9 +116,9 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             # Fill exactly one wave of resident programs, never more: on H200
             # every measured optimum had programs x splits <= 2 x 132 (8 x 4K:
             # 4 splits 2.25 TB/s, 8 splits 1.97; 16 x 4K: 2 splits 3.10, 4 splits
-            # 2.38), because a second, partial wave costs a whole tile time.  With the v2
-            # kernel 8 x 4K peaks at 2 splits instead (2.63 vs 2.43 TB/s) while 4 x 8K,
-            # 8 x 16K, 16 x 4K and 1 x 32K still peak here; NOTES.md suspects the split merge.
+            # 2.38), because a second, partial wave costs a whole tile time.  (With the v2
+            # kernel and a 4-warp merge 8 x 4K peaked at 2 splits, 2.63 vs 2.43 TB/s; the
+            # 1-warp merge of v3 lifts the 4 splits chosen here to 2.94.  NOTES.md.)
             programs = max(1, num_seqs * num_kv_heads)
             slots = PROGRAMS_PER_SM * _runtime.multiprocessor_count(device_index)
             by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
