@@ -15,9 +15,9 @@ import torch
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
-from sglang.srt.runtime_context import get_parallel, get_spec
 
 from dflash_rocm_plugin import ops
+from dflash_rocm_plugin.sglang import compat
 from dflash_rocm_plugin.sglang import metadata as md
 from dflash_rocm_plugin.sglang.config_check import check_runner
 from dflash_rocm_plugin.sglang.workspace_sizing import workspace_floats, worst_split_launch
@@ -55,17 +55,17 @@ class RocmDflashAttnBackend(AttentionBackend):
         check_runner(model_runner)
         super().__init__()
         mc = model_runner.model_config
-        tp = get_parallel().attn_tp_size
+        tp, dcp = compat.attn_tp_size(), compat.attn_dcp_size()
         self.device = torch.device(model_runner.device)
         self.page_size = getattr(model_runner, "page_size", 1) or 1
         self.req_to_token = model_runner.req_to_token_pool.req_to_token
         self.token_to_kv_pool = model_runner.token_to_kv_pool
-        self.kv_index_translator = model_runner.kv_index_translator
-        self.num_q_heads = mc.get_max_num_attention_heads() // tp
-        self.num_kv_heads = mc.get_num_kv_heads(tp, get_parallel().attn_dcp_size)
+        self.kv_index_translator = compat.kv_index_translator(model_runner)  # None before 0.5.20
+        self.num_q_heads = compat.num_q_heads(mc, tp)
+        self.num_kv_heads = compat.num_kv_heads(mc, tp, dcp)
         self.head_dim = mc.head_dim
-        self.verify_tokens = int(model_runner.decode_num_tokens_per_req())
-        self.draft_extend_tokens = int(get_spec().speculative_num_draft_tokens or 1)
+        self.verify_tokens = compat.verify_tokens(model_runner)
+        self.draft_extend_tokens = int(compat.spec_config(model_runner).speculative_num_draft_tokens or 1)
         self.pages_per_row = md.pages_per_row(self.req_to_token, self.page_size)
         self.forward_metadata = None
         self._graph: md.GraphBuffers | None = None
@@ -81,6 +81,9 @@ class RocmDflashAttnBackend(AttentionBackend):
             num_q_heads=self.num_q_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
             kv_capacity=self.pages_per_row * self.page_size, device_index=self.device.index)
 
+    def _kv_ids(self):
+        return self.kv_index_translator if self.kv_index_translator is not None else self.req_to_token
+
     def _layout(self, fb, bs: int):
         return md.query_layout(fb, bs, verify_tokens=self.verify_tokens,
                                draft_extend_tokens=self.draft_extend_tokens)
@@ -92,7 +95,7 @@ class RocmDflashAttnBackend(AttentionBackend):
             bs = 0
         kv_lens, rows, max_q = self._layout(forward_batch, bs)
         block_table = torch.empty((bs, self.pages_per_row), dtype=torch.int32, device=self.device)
-        md.fill_block_table(self.kv_index_translator, forward_batch, bs, self.page_size, block_table)
+        md.fill_block_table(self._kv_ids(), forward_batch, bs, self.page_size, block_table)
         qsl = torch.empty((bs + 1,), dtype=torch.int32, device=self.device)
         md.fill_query_start_loc(rows, bs, qsl)
         self.forward_metadata = md.PagedMetadata(block_table, kv_lens.to(torch.int32), qsl, max_q)
@@ -112,7 +115,7 @@ class RocmDflashAttnBackend(AttentionBackend):
             raise ValueError(f"rocm_dflash: forward mode {mode.name} cannot run in a graph")
         bs = forward_batch.batch_size
         kv_lens, rows, max_q = self._layout(forward_batch, bs)
-        md.fill_block_table(self.kv_index_translator, forward_batch, bs, self.page_size, g.block_table)
+        md.fill_block_table(self._kv_ids(), forward_batch, bs, self.page_size, g.block_table)
         g.seq_lens[:bs].copy_(kv_lens)
         md.fill_query_start_loc(rows, bs, g.query_start_loc)
         self.forward_metadata = md.PagedMetadata(
@@ -158,7 +161,8 @@ class RocmDflashAttnBackend(AttentionBackend):
 
 
 def write_loc(fb):
-    """The batch's KV write target; ``for_batch`` carries the physical mark (sglang >= 0.5.23)."""
+    """The batch's KV write target; ``for_batch`` carries the physical mark (sglang >= 0.5.23).
+    Before that the plain ``out_cache_loc`` is physical for the pools ``check_runner`` admits."""
     if hasattr(KVWriteLoc, "for_batch"):
         return KVWriteLoc.for_batch(fb)
     return KVWriteLoc(fb.out_cache_loc)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from dflash_rocm_plugin import BACKEND_NAME
+from dflash_rocm_plugin.sglang import compat
 
 SUPPORTED_KV_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
@@ -27,7 +28,6 @@ def check_runner(runner) -> None:
     from sglang.srt.configs.model_config import AttentionArch
     from sglang.srt.mem_cache.base_swa_memory_pool import BaseSWAKVPool
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
-    from sglang.srt.runtime_context import get_exec, get_parallel, get_spec
 
     mc = runner.model_config
     if mc.attention_arch != AttentionArch.MHA:
@@ -44,7 +44,7 @@ def check_runner(runner) -> None:
     if isinstance(pool, BaseSWAKVPool) or not isinstance(pool, MHATokenToKVPool):
         _reject(f"KV pool {type(pool).__name__} is not supported; a plain MHATokenToKVPool only "
                 "(no hybrid sliding-window, Mamba or fused-draft pools)")
-    if getattr(runner.kv_index_translator, "is_translating", False):
+    if compat.translates_kv_ids(runner):
         _reject("unified (virtual-to-physical translated) KV pools are not supported")
     if pool.dtype not in SUPPORTED_KV_DTYPES or getattr(pool, "store_dtype", pool.dtype) != pool.dtype:
         _reject(f"KV cache dtype {pool.dtype} is not supported (float16, bfloat16, float32; no fp8/fp4)")
@@ -57,21 +57,15 @@ def check_runner(runner) -> None:
         _reject(f"KV cache layout {tuple(k_buffer.shape)} is not supported; token-major "
                 "[slots, heads, head_dim] only (unset SGLANG_USE_HND_KVCACHE and the AITER 5-D layout)")
 
-    if get_parallel().attn_dcp_size > 1:
+    if compat.attn_dcp_size() > 1:
         _reject("decode context parallelism (attn_dcp_size > 1) is not supported")
-    if _dllm_algorithm(get_exec()) is not None:
+    if compat.dllm_algorithm(runner) is not None:
         _reject("diffusion LLM decoding is not supported")
     algo = getattr(runner, "spec_algorithm", None)
-    if algo is not None and not (algo.is_none() or algo.is_dflash_family()):
-        topk = get_spec().speculative_eagle_topk or 1
+    if algo is not None and not (algo.is_none() or compat.is_dflash(algo)):
+        topk = compat.spec_config(runner).speculative_eagle_topk or 1
         chain = (algo.is_eagle() or algo.is_standalone()) and topk == 1
         if not chain:
             _reject(f"speculative algorithm {algo.name} with tree-shaped verify masks is not supported "
                     "(DFLASH, or EAGLE/STANDALONE with --speculative-eagle-topk 1)")
 
-
-def _dllm_algorithm(exec_cfg):
-    try:  # the dllm config group is absent in older releases
-        return exec_cfg.dllm.dllm_algorithm
-    except Exception:  # noqa: BLE001
-        return None

@@ -101,13 +101,18 @@ def index_source(translator, fb, bs: int):
     return translator.build_index_table(req_pool_indices=fb.req_pool_indices, seq_lens=fb.seq_lens)
 
 
-def fill_block_table(translator, fb, bs: int, page_size: int, out: torch.Tensor) -> None:
-    """out[:bs] = page ids of each request's KV, read through the runner's translator."""
-    src = index_source(translator, fb, bs)
-    if getattr(src, "v2p", None) is not None or src.is_translated or src.entry_page_size != 1:
-        raise NotImplementedError("rocm_dflash: translated (unified) KV index tables are not supported")
-    slots = src.ids if page_size == 1 else src.ids[:, ::page_size]
-    rows = src.row_ids[:bs].to(torch.long)
+def fill_block_table(kv_ids, fb, bs: int, page_size: int, out: torch.Tensor) -> None:
+    """out[:bs] = page ids of each request's KV.  ``kv_ids`` is the runner's translator
+    (sglang >= 0.5.20) or, before it existed, the ``req_to_token`` table of physical slots."""
+    if isinstance(kv_ids, torch.Tensor):
+        ids, row_ids = kv_ids, fb.req_pool_indices
+    else:
+        src = index_source(kv_ids, fb, bs)
+        if getattr(src, "v2p", None) is not None or src.is_translated or src.entry_page_size != 1:
+            raise NotImplementedError("rocm_dflash: translated (unified) KV index tables are not supported")
+        ids, row_ids = src.ids, src.row_ids
+    slots = ids if page_size == 1 else ids[:, ::page_size]
+    rows = row_ids[:bs].to(torch.long)
     torch.index_select(slots, 0, rows, out=out[:bs])
     if page_size > 1:
         out[:bs].floor_divide_(page_size)

@@ -16,10 +16,13 @@ from dflash_rocm_plugin import BACKEND_NAME
 
 logger = logging.getLogger("dflash_rocm_plugin.sglang")
 
-# Releases whose hooks this adapter uses as-is: the draft backend allow-list
-# (add_draft_attention_backend_choices), KVWriteLoc and the kv_index_translator all
-# exist from 0.5.20 on.  Tested against 0.5.23.
-SUPPORTED_RANGE = ((0, 5, 20), (0, 5, 23))
+# From 0.5.14 on, SGLang has KVWriteLoc, DFlashWorkerV2 and the out-of-graph metadata
+# hooks; what differs later (kv_index_translator, runtime config groups, the public draft
+# allow-list) is probed in compat.py.  Before 0.5.20 the DFLASH draft allow-list is
+# private and the host fix sglang-dflash-draft-backend widens it.  Tested on 0.5.14,
+# 0.5.18 and 0.5.23; 0.5.19 (between the private and the public allow-list) is untested.
+SUPPORTED_RANGES = (((0, 5, 14), (0, 5, 18)), ((0, 5, 20), (0, 5, 23)))
+SUPPORTED_RANGE = (SUPPORTED_RANGES[0][0], SUPPORTED_RANGES[-1][1])  # the overall span
 BACKEND_CLASS_NAME = "RocmDflashAttnBackend"
 
 
@@ -39,7 +42,11 @@ def installed_sglang_version() -> str | None:
 
 def version_supported(version: str | None) -> bool:
     rel = _release(version or "")
-    return rel is not None and SUPPORTED_RANGE[0] <= rel <= SUPPORTED_RANGE[1]
+    return rel is not None and any(lo <= rel <= hi for lo, hi in SUPPORTED_RANGES)
+
+
+def supported_ranges_text() -> str:
+    return ", ".join("-".join(".".join(map(str, v)) for v in r) for r in SUPPORTED_RANGES)
 
 
 def register() -> None:
@@ -47,10 +54,9 @@ def register() -> None:
     try:
         version = installed_sglang_version()
         if not version_supported(version):
-            lo, hi = (".".join(map(str, v)) for v in SUPPORTED_RANGE)
             logger.warning(
-                "dflash_rocm_plugin: sglang %s is outside the supported range %s-%s; "
-                "the '%s' attention backend is not registered", version, lo, hi, BACKEND_NAME)
+                "dflash_rocm_plugin: sglang %s is outside the supported ranges %s; "
+                "the '%s' attention backend is not registered", version, supported_ranges_text(), BACKEND_NAME)
         else:
             _register_backend()
             _register_choices()
@@ -82,15 +88,25 @@ def _register_backend() -> None:
     ATTENTION_BACKENDS[BACKEND_NAME] = create_rocm_dflash_backend
 
 
-def _register_choices() -> None:
-    from sglang.srt.arg_groups import choices
+def _choices_module():
+    """``arg_groups.choices`` (0.5.19+), or ``server_args`` that held the lists before."""
+    try:
+        from sglang.srt.arg_groups import choices
+    except ImportError:
+        from sglang.srt import server_args as choices
+    return choices
 
+
+def _register_choices() -> None:
+    choices = _choices_module()
     # The lists are shared by reference with argparse and the DFLASH draft resolver;
     # extend them in place, once.  Without the draft entry the DFLASH draft silently
     # falls back to 'triton' (ROCm) or 'flashinfer' (CUDA).
     if BACKEND_NAME not in choices.ATTENTION_BACKEND_CHOICES:
         choices.add_attention_backend_choices([BACKEND_NAME])
-    if BACKEND_NAME not in choices.DRAFT_ATTENTION_BACKEND_CHOICES:
+    # Before 0.5.20 the draft allow-list is private; host_fixes widens it.
+    if hasattr(choices, "add_draft_attention_backend_choices") and \
+            BACKEND_NAME not in choices.DRAFT_ATTENTION_BACKEND_CHOICES:
         choices.add_draft_attention_backend_choices([BACKEND_NAME])
 
 

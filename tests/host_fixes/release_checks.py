@@ -184,8 +184,8 @@ def _draft_backend_checks(report, kind, resolve):
     from dflash_rocm_plugin import host_fix_catalogue as catalogue
     from dflash_rocm_plugin.sglang import register
 
-    # The adapter's entry point applies the fixes (it leaves the backend unregistered here:
-    # these releases are outside its range); a second call must change nothing.
+    # The adapter's entry point applies the fixes (and registers the backend on 0.5.14+);
+    # a second call must change nothing.
     register()
     status = next(s for s in catalogue.statuses("sglang") if s.id == draft_backend.FIX_ID)
     report["patch_status"] = status.as_dict()

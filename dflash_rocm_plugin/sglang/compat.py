@@ -1,0 +1,81 @@
+"""What differs between the SGLang releases the adapter serves, found by probing features.
+
+0.5.14 is the oldest release with ``KVWriteLoc`` and the out-of-graph / in-graph metadata
+hooks the backend relies on.  Before 0.5.20 there is no ``kv_index_translator`` (the
+block table comes straight from ``req_to_token``, which holds physical slots unless the
+0.5.18 unified pool is on); before 0.5.15 there are no ``get_spec`` / ``get_exec``
+config groups (the runner's ``server_args`` carries those fields) and no decode context
+parallelism.  Probing attributes rather than version strings keeps point releases and
+backports working.
+"""
+
+from __future__ import annotations
+
+
+def _runtime_getter(name: str):
+    from sglang.srt import runtime_context
+
+    return getattr(runtime_context, name, None)
+
+
+def spec_config(runner):
+    """Speculative-decoding settings: ``get_spec()`` (0.5.15+) or the runner's server args."""
+    get_spec = _runtime_getter("get_spec")
+    return get_spec() if get_spec is not None else runner.server_args
+
+
+def dllm_algorithm(runner):
+    get_exec = _runtime_getter("get_exec")
+    try:  # the dllm config group is absent in some releases
+        if get_exec is not None:
+            return get_exec().dllm.dllm_algorithm
+        return getattr(runner.server_args, "dllm_algorithm", None)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def attn_tp_size() -> int:
+    return int(_runtime_getter("get_parallel")().attn_tp_size)
+
+
+def attn_dcp_size() -> int:
+    """Decode context parallelism arrived in 0.5.15; before it the size is 1."""
+    return int(getattr(_runtime_getter("get_parallel")(), "attn_dcp_size", 1))
+
+
+def num_q_heads(model_config, tp: int) -> int:
+    getter = getattr(model_config, "get_max_num_attention_heads", None)
+    heads = getter() if getter is not None else model_config.num_attention_heads
+    return heads // tp
+
+
+def num_kv_heads(model_config, tp: int, dcp: int) -> int:
+    # 0.5.14's get_num_kv_heads takes the TP size only.
+    return model_config.get_num_kv_heads(tp) if dcp == 1 else model_config.get_num_kv_heads(tp, dcp)
+
+
+def verify_tokens(runner) -> int:
+    """Query rows per request of a decode-graph step (1, or the verify block size)."""
+    if hasattr(runner, "decode_num_tokens_per_req"):
+        return int(runner.decode_num_tokens_per_req())
+    return int(spec_config(runner).speculative_num_draft_tokens or 1)
+
+
+def is_dflash(algo) -> bool:
+    probe = getattr(algo, "is_dflash_family", None) or getattr(algo, "is_dflash", None)
+    return bool(probe and probe())
+
+
+def kv_index_translator(runner):
+    """The runner's translator (0.5.20+), or None: then ``req_to_token`` holds the slots."""
+    return getattr(runner, "kv_index_translator", None)
+
+
+def translates_kv_ids(runner) -> bool:
+    """True when ``req_to_token`` holds virtual ids (the unified memory pool)."""
+    translator = kv_index_translator(runner)
+    if translator is not None:
+        return bool(getattr(translator, "is_translating", False))
+    # 0.5.18: the unified pool's allocator carries the virtual-to-physical translation.
+    allocator = getattr(runner, "token_to_kv_pool_allocator", None)
+    return getattr(allocator, "translate_kv_loc", None) is not None
