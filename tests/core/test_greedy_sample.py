@@ -31,15 +31,8 @@ NAN, INF = float("nan"), float("inf")
 
 
 @pytest.fixture(autouse=True)
-def clean_state(monkeypatch):
-    monkeypatch.delenv(impl_select.ATTENTION_ENV, raising=False)
-    monkeypatch.delenv(impl_select.GREEDY_ENV, raising=False)
-    monkeypatch.delitem(sys.modules, "aiter", raising=False)
-    aiter_paths.reset()
-    for path in (impl_select.ATTENTION, impl_select.GREEDY):
-        monkeypatch.setattr(path, "disabled_reason", None)
+def clean_state(clean_aiter_state):
     yield
-    aiter_paths.reset()
 
 
 def named_rows(vocab: int, *, mixed_nan: bool = True) -> dict[str, torch.Tensor]:
