@@ -4,7 +4,7 @@ Used by test_sglang_releases.py, which starts one interpreter per release becaus
 sglang takes most of a minute and releases cannot share a process.  Every check calls the
 release's real code; the only stand-ins are for what cannot exist on a CPU machine (the
 CUDA/ROCm kernel package ``sgl_kernel``, a ROCm torch build, a GPU worker) and for the
-plugin's own backend registration, which the adapter performs only on 0.5.20+.
+plugin's own backend registration, which the adapter performs only on 0.5.14+ (0.5.11 needs it).
 """
 
 from __future__ import annotations
