@@ -5,9 +5,8 @@ the no-host report.  The real SGLang 0.5.23 and 0.5.18 releases (unpacked by the
 environment) are put on PYTHONPATH for CLI runs in subprocesses: on 0.5.23 the plugin's
 entry point is seen, ``rocm_dflash`` is registered after SGLang's own ``load_plugins()`` and
 every fix is "not needed" (exit 0); with the plugin filtered out by ``SGLANG_PLUGINS`` the
-same supported host reports the failed registration and exits 1.  (The report on 0.5.18,
-outside the adapter's range, is checked in test_sglang_releases.py, from the same process
-that exercised the fix.)
+same supported host reports the failed registration and exits 1.  (The reports on the older
+releases are checked in test_sglang_releases.py, from the same process that exercised the fix.)
 """
 
 import json
@@ -39,7 +38,8 @@ def test_text_without_hosts(capsys):
 def test_supported_ranges_come_from_the_extras():
     ranges = doctor.supported_ranges()
     assert set(ranges) == {"vllm", "sglang"}
-    assert doctor.in_range("0.5.23", ranges["sglang"]) and not doctor.in_range("0.5.18", ranges["sglang"])
+    assert doctor.in_range("0.5.23", ranges["sglang"]) and doctor.in_range("0.5.18", ranges["sglang"])
+    assert not doctor.in_range("0.5.13", ranges["sglang"]) and not doctor.in_range("0.5.19", ranges["sglang"])
     assert doctor.in_range("0.5.23+rocm7", ranges["sglang"])
 
 
