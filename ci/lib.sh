@@ -54,6 +54,8 @@ env_dir() {
         done
     fi
     # The plugin itself is installed on every run: the cached venv may have seen another checkout.
+    # A leftover egg-info in the checkout would shadow the fresh metadata (entry points, extras).
+    rm -rf "$REPO_ROOT"/*.egg-info
     quiet_pip "$dir" install --no-deps --no-build-isolation -e "$REPO_ROOT"
     echo "$dir"
 }
