@@ -72,3 +72,21 @@ def poisoned_like(t: torch.Tensor) -> torch.Tensor:
 
 def tolerance(dtype: torch.dtype) -> float:
     return {torch.float32: 2e-5, torch.float16: 3e-3, torch.bfloat16: 3e-2}[dtype]
+
+
+def check_against_reference(case: PagedCase, *, causal: bool, **kw) -> torch.Tensor:
+    """Run ops.paged_attention into a NaN-poisoned output and compare it with the float64
+    reference; padding rows past query_start_loc[-1] must stay poisoned (untouched)."""
+    from dflash_rocm_plugin import ops, reference
+
+    out = poisoned_like(case.q)
+    got = ops.paged_attention(*case.args(), causal=causal, out=out, **kw)
+    assert got is out
+    ref_kw = {k: v for k, v in kw.items() if k in ("scale", "sliding_window", "softcap")}
+    want = reference.paged_attention(*case.args(), causal=causal, **ref_kw)
+    valid = int(case.query_start_loc[-1])
+    err = (out[:valid].double() - want[:valid]).abs().max().item() if valid else 0.0
+    assert err <= tolerance(case.q.dtype), f"max abs error {err:.3e}"
+    if case.num_padding_rows:
+        assert torch.isnan(out[valid:]).all(), "padding rows past query_start_loc[-1] were written"
+    return out

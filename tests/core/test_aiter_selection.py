@@ -21,7 +21,7 @@ import torch
 
 from dflash_rocm_plugin import ops, reference
 from dflash_rocm_plugin.ops import _runtime, aiter_paths, impl_select
-from tests.core.cases import build, poisoned_like, tolerance
+from tests.core.cases import build, check_against_reference, poisoned_like, tolerance
 
 LOGGER = "dflash_rocm_plugin.aiter"
 CALLS_PER_TEST = 2
@@ -99,16 +99,7 @@ def small_case(dtype=torch.float16, **kw):
 
 
 def run_checked(case, *, causal=False, **kw):
-    out = poisoned_like(case.q)
-    got = ops.paged_attention(*case.args(), causal=causal, out=out, **kw)
-    assert got is out
-    ref_kw = {k: v for k, v in kw.items() if k in ("scale", "sliding_window", "softcap")}
-    want = reference.paged_attention(*case.args(), causal=causal, **ref_kw)
-    valid = int(case.query_start_loc[-1])
-    err = (out[:valid].double() - want[:valid]).abs().max().item()
-    assert err <= tolerance(case.q.dtype), f"max abs error {err:.3e}"
-    assert torch.isnan(out[valid:]).all(), "padding rows were written"
-    return out
+    return check_against_reference(case, causal=causal, **kw)
 
 
 def warnings_from(caplog):

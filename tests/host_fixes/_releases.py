@@ -58,3 +58,22 @@ def wheel_member(host: str, version: str, member: str) -> str | None:
             return None
     with zipfile.ZipFile(found[0]) as z:
         return z.read(member).decode()
+
+
+def run_script_per_release(host: str, versions, script: str) -> dict:
+    """Run ``python <script> <version>`` once per unpacked release, two at a time (two cores,
+    and each old-release import takes most of a minute); each script's RESULT line, by version.
+    Skips the calling test when a release is not unpacked."""
+    import pytest
+    missing = [v for v in versions if not release_dir(host, v).is_dir()]
+    if missing:
+        pytest.skip(f"{host} releases {missing} are not unpacked under {HOSTS} "
+                    "(built by ci/envs/hostfix.post.sh)")
+    procs, results, pending = {}, {}, list(versions)
+    while pending or procs:
+        while pending and len(procs) < 2:
+            v = pending.pop(0)
+            procs[v] = start(host, v, [script, v])
+        v = next(iter(procs))
+        results[v] = finish(procs.pop(v))
+    return {v: result_line(out, err) for v, (rc, out, err) in results.items()}

@@ -26,18 +26,7 @@ CASES = [f"{c}/page{p}" for p in (1, 16)
 
 @pytest.fixture(scope="module")
 def reports():
-    missing = [v for v in VERSIONS if not _releases.release_dir("sglang", v).is_dir()]
-    if missing:
-        pytest.skip(f"sglang releases {missing} are not unpacked under {_releases.HOSTS} "
-                    "(built by ci/envs/hostfix.post.sh)")
-    procs, results, pending = {}, {}, list(VERSIONS)
-    while pending or procs:  # two at a time: two cores, each import takes most of a minute
-        while pending and len(procs) < 2:
-            v = pending.pop(0)
-            procs[v] = _releases.start("sglang", v, ["tests/host_fixes/adapter_checks.py", v])
-        v = next(iter(procs))
-        results[v] = _releases.finish(procs.pop(v))
-    return {v: _releases.result_line(out, err) for v, (rc, out, err) in results.items()}
+    return _releases.run_script_per_release("sglang", VERSIONS, "tests/host_fixes/adapter_checks.py")
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -21,22 +21,7 @@ ADAPTER_RELEASES = {"0.5.14", "0.5.18"}  # private allow-list, but inside the ad
 
 @pytest.fixture(scope="module")
 def reports():
-    missing = [v for v in VERSIONS if not _releases.release_dir("sglang", v).is_dir()]
-    if missing:
-        pytest.skip(f"sglang releases {missing} are not unpacked under {_releases.HOSTS} "
-                    "(built by ci/envs/hostfix.post.sh)")
-    procs = {}
-    results = {}
-    # Two at a time: this machine has two cores and each import takes most of a minute.
-    pending = list(VERSIONS)
-    while pending or procs:
-        while pending and len(procs) < 2:
-            v = pending.pop(0)
-            procs[v] = _releases.start("sglang", v, ["tests/host_fixes/release_checks.py", v])
-        v = next(iter(procs))
-        rc, out, err = _releases.finish(procs.pop(v))
-        results[v] = (rc, out, err)
-    return {v: _releases.result_line(out, err) for v, (rc, out, err) in results.items()}
+    return _releases.run_script_per_release("sglang", VERSIONS, "tests/host_fixes/release_checks.py")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
