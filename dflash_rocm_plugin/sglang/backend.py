@@ -11,10 +11,11 @@ capture (see ``registration.allow_verify_without_custom_mask``).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 from sglang.srt.layers.radix_attention import AttentionType
-from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
 from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.sglang import compat
@@ -124,6 +125,21 @@ class RocmDflashAttnBackend(AttentionBackend):
     def init_forward_metadata_in_graph(self, forward_batch):
         pass  # everything is prepared out of graph
 
+    # Before 0.5.13 (``compat.uses_legacy_graph_hooks``) the graph runner hands the batch
+    # as loose tensors; both hooks are the out-of-graph refill above.  The tensors are
+    # the runner's own address-stable buffers, and nothing here reads host values.
+
+    def init_forward_metadata_capture_cuda_graph(self, bs, num_tokens, req_pool_indices, seq_lens,
+                                                 encoder_lens, forward_mode, spec_info):
+        self.init_forward_metadata_out_graph(
+            _legacy_batch(bs, req_pool_indices, seq_lens, encoder_lens, forward_mode, spec_info),
+            in_capture=True)
+
+    def init_forward_metadata_replay_cuda_graph(self, bs, req_pool_indices, seq_lens, seq_lens_sum,
+                                                encoder_lens, forward_mode, spec_info, seq_lens_cpu=None):
+        self.init_forward_metadata_out_graph(
+            _legacy_batch(bs, req_pool_indices, seq_lens, encoder_lens, forward_mode, spec_info))
+
     def get_cuda_graph_seq_len_fill_value(self):
         return 1
 
@@ -160,12 +176,26 @@ class RocmDflashAttnBackend(AttentionBackend):
         return out
 
 
+def _legacy_batch(bs, req_pool_indices, seq_lens, encoder_lens, forward_mode, spec_info):
+    """The ForwardBatch fields the out-of-graph metadata path reads."""
+    if encoder_lens is not None:
+        raise NotImplementedError("rocm_dflash: encoder-decoder (cross-attention) graphs are not supported")
+    return SimpleNamespace(batch_size=bs, req_pool_indices=req_pool_indices, seq_lens=seq_lens,
+                           forward_mode=forward_mode, spec_info=spec_info, extend_prefix_lens=None)
+
+
+_KV_WRITE_LOC = compat.kv_write_loc_class()
+
+
 def write_loc(fb):
     """The batch's KV write target; ``for_batch`` carries the physical mark (sglang >= 0.5.23).
-    Before that the plain ``out_cache_loc`` is physical for the pools ``check_runner`` admits."""
-    if hasattr(KVWriteLoc, "for_batch"):
-        return KVWriteLoc.for_batch(fb)
-    return KVWriteLoc(fb.out_cache_loc)
+    Before that the plain ``out_cache_loc`` is physical for the pools ``check_runner`` admits;
+    before 0.5.14 ``set_kv_buffer`` takes it as is."""
+    if _KV_WRITE_LOC is None:
+        return fb.out_cache_loc
+    if hasattr(_KV_WRITE_LOC, "for_batch"):
+        return _KV_WRITE_LOC.for_batch(fb)
+    return _KV_WRITE_LOC(fb.out_cache_loc)
 
 
 def _reject_unsupported(layer, fb, kwargs) -> None:

@@ -1,7 +1,11 @@
 """What differs between the SGLang releases the adapter serves, found by probing features.
 
-0.5.14 is the oldest release with ``KVWriteLoc`` and the out-of-graph / in-graph metadata
-hooks the backend relies on.  Before 0.5.20 there is no ``kv_index_translator`` (the
+0.5.11 is the oldest release served: it has the ``sglang.srt.plugins`` loader and DFLASH.
+Before 0.5.14 there is no ``KVWriteLoc`` (``set_kv_buffer`` takes the raw slot tensor), no
+``runtime_context`` (the attention TP size comes from ``dp_attention``) and no
+``BaseSWAKVPool``; 0.5.11/0.5.12 drive CUDA graphs through the legacy
+``init_forward_metadata_capture_cuda_graph`` / ``..._replay_cuda_graph`` hooks instead of
+the out-of-graph / in-graph ones.  Before 0.5.20 there is no ``kv_index_translator`` (the
 block table comes straight from ``req_to_token``, which holds physical slots unless the
 0.5.18 unified pool is on); before 0.5.15 there are no ``get_spec`` / ``get_exec``
 config groups (the runner's ``server_args`` carries those fields) and no decode context
@@ -13,9 +17,40 @@ from __future__ import annotations
 
 
 def _runtime_getter(name: str):
-    from sglang.srt import runtime_context
-
+    try:
+        from sglang.srt import runtime_context
+    except ImportError:  # before 0.5.14
+        return None
     return getattr(runtime_context, name, None)
+
+
+def kv_write_loc_class():
+    """``KVWriteLoc`` (0.5.14+), or None: then ``set_kv_buffer`` takes the slot tensor."""
+    from sglang.srt.mem_cache import memory_pool
+
+    return getattr(memory_pool, "KVWriteLoc", None)
+
+
+def swa_pool_classes() -> tuple:
+    """Hybrid sliding-window pool base classes of this release."""
+    try:
+        from sglang.srt.mem_cache.base_swa_memory_pool import BaseSWAKVPool
+        return (BaseSWAKVPool,)
+    except ImportError:  # before 0.5.14
+        pass
+    try:
+        from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+        return (SWAKVPool,)
+    except ImportError:
+        return ()
+
+
+def uses_legacy_graph_hooks() -> bool:
+    """True where the graph runner calls ``init_forward_metadata_capture_cuda_graph`` /
+    ``..._replay_cuda_graph`` (before the out-of-graph / in-graph hooks existed)."""
+    from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+
+    return not hasattr(AttentionBackend, "init_forward_metadata_out_graph")
 
 
 def spec_config(runner):
@@ -35,12 +70,17 @@ def dllm_algorithm(runner):
 
 
 def attn_tp_size() -> int:
-    return int(_runtime_getter("get_parallel")().attn_tp_size)
+    get_parallel = _runtime_getter("get_parallel")
+    if get_parallel is None:  # before 0.5.14
+        from sglang.srt.layers.dp_attention import get_attention_tp_size
+        return int(get_attention_tp_size())
+    return int(get_parallel().attn_tp_size)
 
 
 def attn_dcp_size() -> int:
     """Decode context parallelism arrived in 0.5.15; before it the size is 1."""
-    return int(getattr(_runtime_getter("get_parallel")(), "attn_dcp_size", 1))
+    get_parallel = _runtime_getter("get_parallel")
+    return int(getattr(get_parallel(), "attn_dcp_size", 1)) if get_parallel is not None else 1
 
 
 def num_q_heads(model_config, tp: int) -> int:

@@ -26,7 +26,6 @@ def _reject(reason: str) -> None:
 def check_runner(runner) -> None:
     """Raise ``UnsupportedConfig`` naming the first unsupported feature of ``runner``."""
     from sglang.srt.configs.model_config import AttentionArch
-    from sglang.srt.mem_cache.base_swa_memory_pool import BaseSWAKVPool
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
     mc = runner.model_config
@@ -41,7 +40,7 @@ def check_runner(runner) -> None:
         _reject(f"head_dim {head_dim} is not supported (multiples of 8 from {MIN_HEAD_DIM} to {MAX_HEAD_DIM})")
 
     pool = runner.token_to_kv_pool
-    if isinstance(pool, BaseSWAKVPool) or not isinstance(pool, MHATokenToKVPool):
+    if isinstance(pool, compat.swa_pool_classes()) or not isinstance(pool, MHATokenToKVPool):
         _reject(f"KV pool {type(pool).__name__} is not supported; a plain MHATokenToKVPool only "
                 "(no hybrid sliding-window, Mamba or fused-draft pools)")
     if compat.translates_kv_ids(runner):

@@ -16,12 +16,13 @@ from dflash_rocm_plugin import BACKEND_NAME
 
 logger = logging.getLogger("dflash_rocm_plugin.sglang")
 
-# From 0.5.14 on, SGLang has KVWriteLoc, DFlashWorkerV2 and the out-of-graph metadata
-# hooks; what differs later (kv_index_translator, runtime config groups, the public draft
-# allow-list) is probed in compat.py.  Before 0.5.20 the DFLASH draft allow-list is
-# private and the host fix sglang-dflash-draft-backend widens it.  Tested on 0.5.14,
-# 0.5.18 and 0.5.23; 0.5.19 (between the private and the public allow-list) is untested.
-SUPPORTED_RANGES = (((0, 5, 14), (0, 5, 18)), ((0, 5, 20), (0, 5, 23)))
+# 0.5.11 is the first release with the ``sglang.srt.plugins`` loader and DFLASH; what
+# differs between releases (legacy graph hooks and no KVWriteLoc before 0.5.14,
+# kv_index_translator, runtime config groups, the public draft allow-list) is probed in
+# compat.py.  Before 0.5.20 the DFLASH draft allow-list is private and the host fix
+# sglang-dflash-draft-backend widens it.  Tested on 0.5.11, 0.5.14, 0.5.18 and 0.5.23;
+# 0.5.12/0.5.13 and 0.5.19 (between the private and the public allow-list) are untested.
+SUPPORTED_RANGES = (((0, 5, 11), (0, 5, 11)), ((0, 5, 14), (0, 5, 18)), ((0, 5, 20), (0, 5, 23)))
 SUPPORTED_RANGE = (SUPPORTED_RANGES[0][0], SUPPORTED_RANGES[-1][1])  # the overall span
 BACKEND_CLASS_NAME = "RocmDflashAttnBackend"
 
@@ -46,7 +47,9 @@ def version_supported(version: str | None) -> bool:
 
 
 def supported_ranges_text() -> str:
-    return ", ".join("-".join(".".join(map(str, v)) for v in r) for r in SUPPORTED_RANGES)
+    def text(lo, hi):
+        return ".".join(map(str, lo)) + ("" if lo == hi else "-" + ".".join(map(str, hi)))
+    return ", ".join(text(lo, hi) for lo, hi in SUPPORTED_RANGES)
 
 
 def register() -> None:

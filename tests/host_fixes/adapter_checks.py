@@ -35,7 +35,11 @@ _HELD: list = []
 
 def install_runtime_context() -> None:
     """Parallel sizes and published server args, as a scheduler process has them."""
-    from sglang.srt import runtime_context as rc
+    try:
+        from sglang.srt import runtime_context as rc
+    except ImportError:  # before 0.5.14: dp_attention globals and the global server args
+        install_legacy_globals()
+        return
 
     parallel = rc.get_parallel()
     if hasattr(parallel, "override_permanently"):  # 0.5.23: as tests/sglang/conftest.py does
@@ -50,12 +54,23 @@ def install_runtime_context() -> None:
         rc.get_context().override_server_args().install()
 
 
+def install_legacy_globals() -> None:
+    from sglang.srt import server_args as sa
+    from sglang.srt.distributed import parallel_state
+
+    # A single-GPU scheduler's attention TP group (only its size and rank are read here).
+    parallel_state._ATTN_TP = SimpleNamespace(world_size=1, rank_in_group=0)
+    if hasattr(sa, "set_global_server_args_for_scheduler"):
+        sa.set_global_server_args_for_scheduler(server_args())
+
+
 def server_args():
     """What 0.5.14's TritonAttnBackend reads from ``model_runner.server_args``."""
     return SimpleNamespace(
         speculative_num_draft_tokens=16, speculative_num_steps=1, speculative_eagle_topk=1,
         triton_attention_num_kv_splits=8, chunked_prefill_size=8192, enable_deterministic_inference=False,
-        triton_attention_split_tile_size=None, page_size=1, dllm_algorithm=None)
+        triton_attention_split_tile_size=None, page_size=1, dllm_algorithm=None,
+        disable_cuda_graph=False)
 
 
 def make_runner(page: int):
@@ -95,6 +110,14 @@ def make_runner(page: int):
 def _model_config_class():
     from sglang.srt.configs.model_config import ModelConfig
     return ModelConfig
+
+
+def _has_runtime_context() -> bool:
+    try:
+        import sglang.srt.runtime_context  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _has_translator() -> bool:
@@ -145,6 +168,8 @@ def forward_batch(runner, case):
         req_pool_indices=torch.tensor(case.rows), seq_lens=torch.tensor(seq_lens),
         seq_lens_cpu=torch.tensor(seq_lens), out_cache_loc=out_loc, seq_lens_sum=sum(seq_lens),
         positions=positions)
+    # 0.5.11's TritonAttnBackend reaches the pools through the batch.
+    fb.token_to_kv_pool, fb.req_to_token_pool = runner.token_to_kv_pool, runner.req_to_token_pool
     if verify:
         fb.spec_info = DFlashVerifyInput(draft_token=fb.input_ids, positions=positions,
                                          draft_token_num=case.new[0], topk=1, custom_mask=None,
@@ -251,6 +276,54 @@ def graph_metadata(page: int) -> dict:
     return results
 
 
+def legacy_graph_hooks(page: int) -> dict:
+    """The pre-0.5.13 hooks as that graph runner drives them: capture once at a padded batch
+    size from its own buffers, replay a smaller batch padded with request row 0 and the fill
+    value.  The real rows must equal the eager result, and replay must leave the metadata
+    tensors where capture put them (a graph reads those addresses)."""
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    results = {}
+    graph_bs = 4
+    for name in ("decode", "verify_causal"):
+        mode, prefix, new, encoder_only = CASES[name]
+        runner = make_runner(page)
+        case = build_case(runner, mode, prefix, new, seed=5 + page)
+        layer = make_layer(encoder_only)
+        pool = runner.token_to_kv_pool
+        start = (pool.get_key_buffer(0).clone(), pool.get_value_buffer(0).clone())
+        eager, _ = run_backend("rocm_dflash", runner, case, layer, poison=True)
+        pool.get_key_buffer(0).copy_(start[0])
+        pool.get_value_buffer(0).copy_(start[1])
+
+        backend = ATTENTION_BACKENDS["rocm_dflash"](runner)
+        backend.init_cuda_graph_state(graph_bs, graph_bs * 16)
+        fill = backend.get_cuda_graph_seq_len_fill_value()
+        fb = forward_batch(runner, case)
+        n, bs = new[0], len(new)
+        rows = torch.zeros(graph_bs, dtype=torch.int64)
+        lens = torch.full((graph_bs,), fill, dtype=torch.int64)
+        backend.init_forward_metadata_capture_cuda_graph(graph_bs, graph_bs * n, rows, lens, None,
+                                                         getattr(ForwardMode, mode), fb.spec_info)
+        captured = backend.forward_metadata
+        rows[:bs], lens[:bs] = fb.req_pool_indices, fb.seq_lens
+        backend.init_forward_metadata_replay_cuda_graph(graph_bs, rows, lens, int(lens.sum()), None,
+                                                        getattr(ForwardMode, mode), fb.spec_info, None)
+        replayed = backend.forward_metadata
+        same_tensors = all(a.data_ptr() == b.data_ptr() for a, b in (
+            (captured.block_table, replayed.block_table), (captured.seq_lens, replayed.seq_lens),
+            (captured.query_start_loc, replayed.query_start_loc)))
+        pad = (graph_bs - bs) * n
+        fb.out_cache_loc = torch.cat([fb.out_cache_loc, torch.zeros(pad, dtype=fb.out_cache_loc.dtype)])
+        q, k, v = (torch.cat([t, torch.zeros((pad, *t.shape[1:]))]) for t in (case.q, case.k, case.v))
+        fb._attn_output = torch.full((q.shape[0], HQ * D), float("nan"))
+        graph = backend.forward(q.reshape(q.shape[0], -1), k, v, layer, fb)[: case.q.shape[0]]
+        results[f"{name}/page{page}"] = {"err": float((graph.view(case.q.shape) - eager).abs().max()),
+                                         "same_tensors": same_tensors}
+    return results
+
+
 def unified_pool_rejection() -> str | None:
     """The reason the backend refuses a runner whose ``req_to_token`` holds virtual ids."""
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
@@ -292,6 +365,10 @@ def main(version: str) -> dict:
     report = {"version": version, "imported_from": sglang.__file__}
     _import("sglang.srt.layers.attention.triton_backend")
     _import("sglang.srt.speculative.dflash_info")
+    if not _has_runtime_context():
+        # 0.5.11's v1 DFLASH worker imports sgl_kernel.kvcacheio unguarded: load it (stubbing
+        # only that) before the host fix looks for its draft allow-list.
+        _import("sglang.srt.speculative.dflash_worker")
     install_runtime_context()
     from dflash_rocm_plugin.sglang import register, registration
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
@@ -303,10 +380,15 @@ def main(version: str) -> dict:
     report["choices_count"] = choices.ATTENTION_BACKEND_CHOICES.count("rocm_dflash")
     report["draft_accepts_rocm_dflash"] = draft_accepts_rocm_dflash(choices)
     report["unified_pool_rejection"] = unified_pool_rejection()
-    report["numerics"], report["graph"] = {}, {}
+    from dflash_rocm_plugin.sglang import compat
+
+    report["legacy_graph_hooks_used"] = compat.uses_legacy_graph_hooks()
+    report["numerics"], report["graph"], report["legacy_graph"] = {}, {}, {}
     for page in (1, 16):
         report["numerics"].update(numerics(page))
         report["graph"].update(graph_metadata(page))
+        if report["legacy_graph_hooks_used"]:
+            report["legacy_graph"].update(legacy_graph_hooks(page))
     report["stubbed_sgl_kernel_for"] = _STUBBED
     return report
 

@@ -1,4 +1,4 @@
-"""The SGLang adapter on the real 0.5.14 and 0.5.18 releases (0.5.23 as the control).
+"""The SGLang adapter on the real 0.5.11, 0.5.14 and 0.5.18 releases (0.5.23 as the control).
 
 Each release runs adapter_checks.py in its own interpreter.  There the adapter's real
 ``register()`` must put ``rocm_dflash`` into ATTENTION_BACKENDS and the --attention-backend
@@ -11,14 +11,18 @@ non-causal ENCODER_ONLY verify; the KV pool afterwards must equal Triton's bit f
 and for every multi-row case the other causality must be far off, so a mask mix-up fails.
 A runner whose ``req_to_token`` holds virtual ids (the unified pool) is refused with a
 reason.  On 0.5.14/0.5.18 there is no kv_index_translator, so this exercises the ``req_to_token``
-block-table path and the pre-0.5.15 server-args fallbacks.
+block-table path and the pre-0.5.15 server-args fallbacks.  0.5.11 additionally has no
+``runtime_context`` and no ``KVWriteLoc`` and drives graphs through the legacy
+capture/replay hooks: those must rebuild the eager result for a batch padded to the
+captured size, from the same metadata tensors at capture and replay.
 """
 
 import pytest
 
 from tests.host_fixes import _releases
 
-VERSIONS = ("0.5.14", "0.5.18", "0.5.23")
+VERSIONS = ("0.5.11", "0.5.14", "0.5.18", "0.5.23")
+LEGACY_GRAPH_HOOKS = ("0.5.11",)
 TOL = 2e-5
 CASES = [f"{c}/page{p}" for p in (1, 16)
          for c in ("extend_prefix", "decode", "verify_causal", "verify_encoder_only")]
@@ -71,3 +75,17 @@ def test_translated_kv_ids_are_rejected(reports, version):
     """A unified (virtual-id) pool is refused at backend construction, with the reason."""
     reason = reports[version]["unified_pool_rejection"]
     assert reason and "rocm_dflash" in reason and "unified" in reason
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_legacy_graph_hooks(reports, version):
+    """Capture at a padded batch, replay a smaller one: eager result, address-stable metadata.
+    Only releases before the out-of-graph hooks call them."""
+    r = reports[version]
+    assert r["legacy_graph_hooks_used"] is (version in LEGACY_GRAPH_HOOKS)
+    if version not in LEGACY_GRAPH_HOOKS:
+        return
+    assert set(r["legacy_graph"]) == {f"{c}/page{p}" for p in (1, 16) for c in ("decode", "verify_causal")}
+    for key, res in r["legacy_graph"].items():
+        assert res["err"] < TOL, key
+        assert res["same_tensors"], key

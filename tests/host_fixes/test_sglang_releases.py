@@ -16,7 +16,7 @@ from tests.host_fixes import _releases
 
 VERSIONS = ("0.5.11", "0.5.14", "0.5.18", "0.5.23")
 PRIVATE_ALLOW_LIST = {"0.5.11": "worker", "0.5.14": "worker", "0.5.18": "arg_hook"}
-ADAPTER_RELEASES = {"0.5.14", "0.5.18"}  # private allow-list, but inside the adapter's range
+ADAPTER_RELEASES = {"0.5.11", "0.5.14", "0.5.18"}  # private allow-list, but inside the adapter's range
 
 
 @pytest.fixture(scope="module")
