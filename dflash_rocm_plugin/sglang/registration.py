@@ -17,12 +17,13 @@ from dflash_rocm_plugin import BACKEND_NAME
 logger = logging.getLogger("dflash_rocm_plugin.sglang")
 
 # 0.5.11 is the first release with the ``sglang.srt.plugins`` loader and DFLASH; what
-# differs between releases (legacy graph hooks and no KVWriteLoc before 0.5.14,
-# kv_index_translator, runtime config groups, the public draft allow-list) is probed in
-# compat.py.  Before 0.5.20 the DFLASH draft allow-list is private and the host fix
-# sglang-dflash-draft-backend widens it.  Tested on 0.5.11, 0.5.14, 0.5.18 and 0.5.23;
-# 0.5.12/0.5.13 and 0.5.19 (between the private and the public allow-list) are untested.
-SUPPORTED_RANGES = (((0, 5, 11), (0, 5, 11)), ((0, 5, 14), (0, 5, 18)), ((0, 5, 20), (0, 5, 23)))
+# differs between releases (no KVWriteLoc and no runtime_context before 0.5.14, the legacy
+# graph hooks before 0.5.13, kv_index_translator, runtime config groups, the public draft
+# allow-list) is probed in compat.py.  Before 0.5.20 the DFLASH draft allow-list is
+# private and the host fix sglang-dflash-draft-backend widens it.  Tested on 0.5.11,
+# 0.5.12, 0.5.13.post1, 0.5.14, 0.5.18 and 0.5.23; 0.5.19 (between the private and the
+# public allow-list) is untested.
+SUPPORTED_RANGES = (((0, 5, 11), (0, 5, 18)), ((0, 5, 20), (0, 5, 23)))
 SUPPORTED_RANGE = (SUPPORTED_RANGES[0][0], SUPPORTED_RANGES[-1][1])  # the overall span
 BACKEND_CLASS_NAME = "RocmDflashAttnBackend"
 

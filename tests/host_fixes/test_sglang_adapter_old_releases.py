@@ -1,4 +1,5 @@
-"""The SGLang adapter on the real 0.5.11, 0.5.14 and 0.5.18 releases (0.5.23 as the control).
+"""The SGLang adapter on the real 0.5.11, 0.5.14 and 0.5.18 releases (0.5.23 as the control),
+and on 0.5.12 and 0.5.13.post1 where the environment has unpacked them.
 
 Each release runs adapter_checks.py in its own interpreter.  There the adapter's real
 ``register()`` must put ``rocm_dflash`` into ATTENTION_BACKENDS and the --attention-backend
@@ -12,7 +13,7 @@ and for every multi-row case the other causality must be far off, so a mask mix-
 A runner whose ``req_to_token`` holds virtual ids (the unified pool) is refused with a
 reason.  On 0.5.14/0.5.18 there is no kv_index_translator, so this exercises the ``req_to_token``
 block-table path and the pre-0.5.15 server-args fallbacks.  0.5.11 additionally has no
-``runtime_context`` and no ``KVWriteLoc`` and drives graphs through the legacy
+``runtime_context`` and no ``KVWriteLoc`` (nor do 0.5.12/0.5.13) and, like 0.5.12, drives graphs through the legacy
 capture/replay hooks: those must rebuild the eager result for a batch padded to the
 captured size, from the same metadata tensors at capture and replay.
 """
@@ -21,16 +22,26 @@ import pytest
 
 from tests.host_fixes import _releases
 
-VERSIONS = ("0.5.11", "0.5.14", "0.5.18", "0.5.23")
-LEGACY_GRAPH_HOOKS = ("0.5.11",)
+REQUIRED = ("0.5.11", "0.5.14", "0.5.18", "0.5.23")
+OPTIONAL = ("0.5.12", "0.5.13.post1")  # checked when ci/envs/hostfix.post.sh unpacked them
+VERSIONS = REQUIRED + OPTIONAL
+LEGACY_GRAPH_HOOKS = ("0.5.11", "0.5.12")
 TOL = 2e-5
 CASES = [f"{c}/page{p}" for p in (1, 16)
          for c in ("extend_prefix", "decode", "verify_causal", "verify_encoder_only")]
 
 
 @pytest.fixture(scope="module")
-def reports():
-    return _releases.run_script_per_release("sglang", VERSIONS, "tests/host_fixes/adapter_checks.py")
+def all_reports():
+    present = REQUIRED + tuple(v for v in OPTIONAL if _releases.release_dir("sglang", v).is_dir())
+    return _releases.run_script_per_release("sglang", present, "tests/host_fixes/adapter_checks.py")
+
+
+@pytest.fixture
+def reports(all_reports, version):
+    if version not in all_reports:
+        pytest.skip(f"sglang {version} is not unpacked under {_releases.HOSTS}")
+    return all_reports
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -36,8 +36,8 @@ def test_register_is_idempotent():
 
 
 @pytest.mark.parametrize("version, ok", [
-    ("0.5.10", False), ("0.5.11", True), ("0.5.11.post1", True), ("0.5.12", False),
-    ("0.5.13", False), ("0.5.13.post1", False), ("0.5.14", True), ("0.5.18", True), ("0.5.19", False), ("0.5.20", True),
+    ("0.5.10", False), ("0.5.10.post1", False), ("0.5.11", True), ("0.5.12", True),
+    ("0.5.13.post1", True), ("0.5.14", True), ("0.5.18", True), ("0.5.19", False), ("0.5.20", True),
     ("0.5.23", True), ("0.5.23.post1", True), ("0.5.24", False),
     ("0.6.0", False), (None, False), ("garbage", False)])
 def test_version_gate(version, ok):
@@ -45,13 +45,13 @@ def test_version_gate(version, ok):
 
 
 def test_unsupported_version_logs_and_registers_nothing(monkeypatch, caplog):
-    monkeypatch.setattr(registration, "installed_sglang_version", lambda: "0.5.13")
+    monkeypatch.setattr(registration, "installed_sglang_version", lambda: "0.5.10")
     touched = []
     monkeypatch.setattr(registration, "_register_backend", lambda: touched.append(1))
     with caplog.at_level(logging.WARNING, logger="dflash_rocm_plugin.sglang"):
         register()
     assert not touched
-    assert "outside the supported ranges 0.5.11, 0.5.14-0.5.18, 0.5.20-0.5.23" in caplog.text
+    assert "outside the supported ranges 0.5.11-0.5.18, 0.5.20-0.5.23" in caplog.text
 
 
 def test_register_never_raises_and_calls_host_fixes(monkeypatch, caplog):
