@@ -39,7 +39,8 @@ def test_supported_ranges_come_from_the_extras():
     ranges = doctor.supported_ranges()
     assert set(ranges) == {"vllm", "sglang"}
     assert doctor.in_range("0.5.23", ranges["sglang"]) and doctor.in_range("0.5.18", ranges["sglang"])
-    assert not doctor.in_range("0.5.13", ranges["sglang"]) and not doctor.in_range("0.5.19", ranges["sglang"])
+    assert doctor.in_range("0.5.11", ranges["sglang"]) and doctor.in_range("0.5.13.post1", ranges["sglang"])
+    assert not doctor.in_range("0.5.10", ranges["sglang"]) and not doctor.in_range("0.5.19", ranges["sglang"])
     assert doctor.in_range("0.5.23+rocm7", ranges["sglang"])
 
 
