@@ -250,21 +250,28 @@ def numerics(page: int) -> dict:
     return results
 
 
+def eager_reference(name: str, page: int, *, seed: int):
+    """A fresh case, its eager rocm_dflash output, and the pool put back as it was before
+    that forward, so a graph-path run writes the same K/V into the same slots again."""
+    mode, prefix, new, encoder_only = CASES[name]
+    runner = make_runner(page)
+    case = build_case(runner, mode, prefix, new, seed=seed)
+    layer = make_layer(encoder_only)
+    pool = runner.token_to_kv_pool
+    start = (pool.get_key_buffer(0).clone(), pool.get_value_buffer(0).clone())
+    eager, _ = run_backend("rocm_dflash", runner, case, layer, poison=True)
+    pool.get_key_buffer(0).copy_(start[0])
+    pool.get_value_buffer(0).copy_(start[1])
+    return runner, case, layer, eager
+
+
 def graph_metadata(page: int) -> dict:
     """Eager vs capture-shaped metadata (graph buffers sized for a larger batch)."""
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
 
     results = {}
     for name in ("decode", "verify_causal"):
-        mode, prefix, new, encoder_only = CASES[name]
-        runner = make_runner(page)
-        case = build_case(runner, mode, prefix, new, seed=3 + page)
-        layer = make_layer(encoder_only)
-        pool = runner.token_to_kv_pool
-        start = (pool.get_key_buffer(0).clone(), pool.get_value_buffer(0).clone())
-        eager, _ = run_backend("rocm_dflash", runner, case, layer, poison=True)
-        pool.get_key_buffer(0).copy_(start[0])
-        pool.get_value_buffer(0).copy_(start[1])
+        runner, case, layer, eager = eager_reference(name, page, seed=3 + page)
         backend = ATTENTION_BACKENDS["rocm_dflash"](runner)
         backend.init_cuda_graph_state(4, 4 * 16)
         fb = forward_batch(runner, case)
@@ -287,15 +294,8 @@ def legacy_graph_hooks(page: int) -> dict:
     results = {}
     graph_bs = 4
     for name in ("decode", "verify_causal"):
-        mode, prefix, new, encoder_only = CASES[name]
-        runner = make_runner(page)
-        case = build_case(runner, mode, prefix, new, seed=5 + page)
-        layer = make_layer(encoder_only)
-        pool = runner.token_to_kv_pool
-        start = (pool.get_key_buffer(0).clone(), pool.get_value_buffer(0).clone())
-        eager, _ = run_backend("rocm_dflash", runner, case, layer, poison=True)
-        pool.get_key_buffer(0).copy_(start[0])
-        pool.get_value_buffer(0).copy_(start[1])
+        runner, case, layer, eager = eager_reference(name, page, seed=5 + page)
+        mode, _, new, _ = CASES[name]
 
         backend = ATTENTION_BACKENDS["rocm_dflash"](runner)
         backend.init_cuda_graph_state(graph_bs, graph_bs * 16)
