@@ -35,6 +35,15 @@ def multiprocessor_count(device_index: int | None) -> int:
 
 
 @functools.lru_cache(maxsize=None)
+def shared_memory_per_block(device_index: int | None) -> int:
+    """Bytes of shared memory one block may opt into (the limit Triton compiles against)."""
+    if not torch.cuda.is_available():
+        return 64 * 1024
+    props = torch.cuda.get_device_properties(device_index or 0)
+    return int(getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024)
+
+
+@functools.lru_cache(maxsize=None)
 def gpu_arch(device_index: int | None = None) -> str:
     """'gfx942', 'sm_90', ... or 'cpu'."""
     if not torch.cuda.is_available():

@@ -27,6 +27,13 @@ MAX_SPLITS = 32
 # Resident attention programs per multiprocessor for the default tile.  NVIDIA
 # (BLOCK_M 64, 4 warps, 255 registers/thread): the register file holds 2.
 PROGRAMS_PER_SM = 2
+# Key tiles per program from which the 5-stage id pipeline beats inline page ids (H200, v4:
+# 128-256 tiles +14-16 % at page 1, +0-2 % at page 16; 16 tiles (split-KV shapes) -3-4 %).
+# The crossover between 16 and 128 is not measured.
+DEEP_PIPELINE_MIN_TILES = 32
+# Shared memory a block may use (bytes) from which the measured NVIDIA stage counts fit:
+# 3 K/V buffers of 64 x 128 bf16 plus Q, 112-116 KB per program, 2 programs on an H100/H200.
+_DEEP_STAGES_SMEM = 200 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +45,8 @@ class AttentionLaunch:
     num_splits: int
     num_warps: int
     num_stages: int
-    # Page ids read by inline PTX so Triton pipelines the K/V gather two tiles deep
-    # (kernels/paged_attention.py); NVIDIA only.
+    # Page ids read by inline PTX so that 3 stages pipeline the K/V gather two tiles deep
+    # (kernels/paged_attention.py); NVIDIA only, for short key loops.
     page_ids_asm: bool = False
     # 32-bit cache offsets; applied only where both caches fit (checked per call from their
     # sizes and strides in ops/attention.py).
@@ -90,6 +97,7 @@ def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int
     # BLOCK_N 64 / 4 warps / 3 stages streams 4.28 TB/s with inline page ids
     # (3 K/V buffers, 112 KB shared memory: still 2 programs per SM); 2 stages
     # 3.93, BLOCK_N 32 3.6-4.1; in v1 BLOCK_N 128 lost 20-30 %, 8 warps 20-50 %.
+    # ``choose`` deepens long loops to 5 stages.
     if head_dim_pad <= 128:
         return 64, (8 if block_m >= 128 else 4), 3
     return 32, 8, 2
@@ -97,7 +105,7 @@ def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int
 
 def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, head_dim: int,
            kv_capacity: int, max_query_len: int | None, num_splits: int | None,
-           device_index: int | None, page_size: int | None = None) -> AttentionLaunch:
+           device_index: int | None) -> AttentionLaunch:
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     # Query rows per tile: 64, or 128 when the group is large and the head is
     # small enough for the accumulator to stay in registers.
@@ -123,13 +131,22 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             slots = PROGRAMS_PER_SM * _runtime.multiprocessor_count(device_index)
             by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
             num_splits = max(1, min(slots // programs, by_length, MAX_SPLITS))
-    page_ids_asm = arch.startswith("sm_") and not _runtime.interpreting()
-    # H200 sweep v2 (benchmarks/NOTES.md): inline page ids + 32-bit offsets stream 4.17-4.29 TB/s
-    # at page 16 (v1: 3.65-3.69), but at page 1 that pair fell to 2.56-3.21 TB/s while either
-    # change alone gave 3.61-3.69; page 1 keeps 64-bit offsets.
-    offsets_32 = not (page_ids_asm and page_size == 1)
+    page_ids_asm = False
+    if arch.startswith("sm_") and not _runtime.interpreting():
+        page_ids_asm = True
+        tiles = -(-kv_capacity // (num_splits * block_n))
+        if _runtime.shared_memory_per_block(device_index) < _DEEP_STAGES_SMEM:
+            # Consumer and older NVIDIA parts (~100-164 KB): two K/V buffers fit.  Unmeasured.
+            num_stages = min(num_stages, 2)
+        elif num_stages == 3 and tiles >= DEEP_PIPELINE_MIN_TILES:
+            # Page ids and the K/V gather, both pipelined (kernels/paged_attention.py).  H200 v4
+            # at 32 x 16K / 64 x 8K: 5 stages 4.11-4.23 TB/s at page 1 and 4.24-4.33 at page 16,
+            # against 3.57-3.68 and 4.22-4.25 with inline ids at 3 stages; split-KV loops of 16
+            # tiles ran 3-4 % faster with inline ids (2.84-2.99 vs 2.74-2.86 TB/s).
+            num_stages = 5
+            page_ids_asm = False
     launch = AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages,
-                             page_ids_asm, offsets_32)
+                             page_ids_asm=page_ids_asm)
     if _forced:
         launch = dataclasses.replace(launch, **_forced)
     return launch

@@ -63,9 +63,13 @@ def test_graph_split_and_no_split_agree_closely():
 @pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
 @pytest.mark.parametrize("page", [16, 1])
 @pytest.mark.parametrize("fields", [dict(page_ids_asm=False, offsets_32=False), dict(page_ids_asm=True),
+                                    dict(page_ids_asm=True, offsets_32=False),
+                                    dict(page_ids_asm=False, num_stages=3),
                                     dict(page_ids_asm=True, block_n=32, num_stages=4),
+                                    dict(page_ids_asm=False, num_stages=5),
                                     dict(num_splits=7, merge_warps=1), dict(num_splits=7, merge_warps=2)],
-                         ids=["tl-load-ids-64bit", "asm-ids", "asm-ids-bn32", "merge-1-warp", "merge-2-warps"])
+                         ids=["tl-load-ids-64bit", "asm-ids", "asm-ids-64bit", "tl-load-ids-3-stages", "asm-ids-bn32",
+                              "tl-load-ids-5-stages", "merge-1-warp", "merge-2-warps"])
 def test_page_id_and_offset_paths_match_float64(causal, page, fields):
     """Every page-id read path, offset width and merge width computes the same attention (ragged, page-straddling)."""
     from dflash_rocm_plugin.ops import launch_config

@@ -1,0 +1,88 @@
+"""Launch choice from shapes only: the measured H200 rules, and what other GPUs get.
+
+The device facts come from ops._runtime; each test pins them, so these run on any machine.
+"""
+
+import pytest
+
+from dflash_rocm_plugin.ops import _runtime, launch_config
+
+H200 = dict(arch="sm_90", smem=227 * 1024, sms=132)
+
+
+@pytest.fixture
+def device(monkeypatch):
+    def pin(arch, smem=227 * 1024, sms=132):
+        monkeypatch.setattr(_runtime, "gpu_arch", lambda index=None: arch)
+        monkeypatch.setattr(_runtime, "shared_memory_per_block", lambda index: smem)
+        monkeypatch.setattr(_runtime, "multiprocessor_count", lambda index: sms)
+        monkeypatch.setattr(_runtime, "interpreting", lambda: False)
+    return pin
+
+
+def _dflash(batch, context, page=16, q_len=16, group=4, head_dim=128, kv_heads=8):
+    """A DFlash draft/verify launch: q_len queries per sequence over `context` keys."""
+    return launch_config.choose(
+        num_tokens=batch * q_len, num_seqs=batch, num_kv_heads=kv_heads, group=group, head_dim=head_dim,
+        kv_capacity=context // page * page, max_query_len=q_len, num_splits=None, device_index=0)
+
+
+@pytest.mark.parametrize("batch,context,splits", [(32, 16384, 1), (64, 8192, 1), (8, 16384, 4), (16, 4096, 2)])
+def test_long_key_loops_pipeline_the_page_ids_5_deep(device, batch, context, splits):
+    device(**H200)
+    cfg = _dflash(batch, context)
+    assert (cfg.num_splits, cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.page_ids_asm) == (splits, 64, 4, 5, False)
+
+
+@pytest.mark.parametrize("batch,context,splits", [(8, 4096, 4), (1, 32768, 32), (1, 4096, 32), (4, 8192, 8)])
+def test_split_kv_loops_read_page_ids_inline_at_3_stages(device, batch, context, splits):
+    device(**H200)
+    cfg = _dflash(batch, context)
+    assert (cfg.num_splits, cfg.num_stages, cfg.page_ids_asm) == (splits, 3, True)
+
+
+def test_short_unsplit_loop_reads_page_ids_inline(device):
+    device(**H200)
+    cfg = _dflash(64, 1024)            # 512 programs, one wave is full: no split, 16 tiles each
+    assert (cfg.num_splits, cfg.num_stages, cfg.page_ids_asm) == (1, 3, True)
+
+
+def test_gpus_with_less_shared_memory_get_two_stages(device):
+    device("sm_89", smem=99 * 1024, sms=128)
+    cfg = _dflash(32, 16384)
+    assert (cfg.num_stages, cfg.page_ids_asm) == (2, True)
+
+
+@pytest.mark.parametrize("arch,stages", [("gfx942", 1), ("gfx950", 2)])
+def test_amd_configs_never_use_inline_ptx(device, arch, stages):
+    device(arch, sms=304)
+    for batch, context in [(32, 16384), (1, 32768)]:
+        cfg = _dflash(batch, context)
+        assert (cfg.num_stages, cfg.page_ids_asm) == (stages, False)
+
+
+def test_large_gqa_groups_take_128_row_tiles(device):
+    device(**H200)
+    cfg = _dflash(32, 16384, group=8)  # Qwen3-32B: 64 query / 8 KV heads
+    assert (cfg.block_m, cfg.block_q, cfg.num_warps) == (128, 16, 8)
+
+
+def test_head_dim_256_keeps_its_narrow_tile(device):
+    device(**H200)
+    cfg = _dflash(32, 16384, head_dim=256)
+    assert (cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.page_ids_asm) == (32, 8, 2, True)
+
+
+def test_the_same_shapes_always_give_the_same_launch(device):
+    device(**H200)
+    assert _dflash(8, 4096) == _dflash(8, 4096)
+
+
+def test_forced_fields_apply_inside_the_block_only(device):
+    device(**H200)
+    with launch_config.forced(num_stages=2, page_ids_asm=True):
+        assert (_dflash(32, 16384).num_stages, _dflash(32, 16384).page_ids_asm) == (2, True)
+    assert _dflash(32, 16384).num_stages == 5
+    with pytest.raises(ValueError, match="unknown launch fields"):
+        with launch_config.forced(stages=2):
+            pass
