@@ -59,6 +59,7 @@ def main() -> int:
     ap.add_argument("--splits", default="1,2,4,8,12,16,24,32")
     ap.add_argument("--variant-cells", default=None, help="e.g. 32x16384x1xdraft,64x8192x16xverify")
     ap.add_argument("--variants", default=None, help="comma list of variant names (default: all)")
+    ap.add_argument("--model", default="qwen3-8b", help="head layout of the variant cells (bench/shapes.py)")
     args = ap.parse_args()
     t0 = time.time()
     dev = torch.device("cuda")
@@ -72,56 +73,65 @@ def main() -> int:
             json.dump(result, f, indent=1)
 
     if args.layout:
+        # Is page 1's gap the kernel or the memory system?  The same page-1 kernel over pages in
+        # random order, in order, and in random runs of 16 (the page-16 layout read as page 1).
         from dflash_rocm_plugin.bench import peers
         sdpa = peers.torch_sdpa(None)
         result["layout"] = []
-        for (b, c), page, mode in itertools.product([(32, 16384), (64, 8192), (8, 4096)], [16, 1], ["draft"]):
-            for shuffle in (True, False):
+        page1_variants = [("default", {}), ("v3 p1 (asm ids; 3 stages; 64-bit)",
+                                            dict(page_ids_asm=True, num_stages=3, offsets_32=False))]
+        for (b, c), mode in itertools.product([(32, 16384)], ["draft", "verify"]):
+            for page, layout in ((16, "shuffled"), (16, "sequential"), (1, "shuffled"), (1, "sequential"),
+                                 (1, "runs of 16")):
+                if time.time() - t0 > args.deadline_s * 0.5:
+                    break
                 shape = Shape("qwen3-8b", mode, b, c, page)
-                case = inputs.build(shape, dev, shuffle=shuffle)
+                if layout == "runs of 16":
+                    case = inputs.as_page1(inputs.build(Shape("qwen3-8b", mode, b, c, 16), dev))
+                else:
+                    case = inputs.build(shape, dev, shuffle=layout == "shuffled")
                 case.ref = inputs.reference(case)
-                r = measure(case)
-                calls, _ = sdpa(case)
-                r.update(shape=shape.label, shuffled=shuffle,
-                         sdpa_tbs=shape.kv_bytes() / (timing.graph_us(calls) * 1e-6) / 1e12)
-                result["layout"].append(r)
-                print(f"{shape.label:<32} {'shuffled' if shuffle else 'sequential':<10} plugin "
-                      f"{r.get('tbs', 0):5.2f} TB/s  dense SDPA {r['sdpa_tbs']:5.2f} TB/s", flush=True)
-                del case, calls
+                for name, fields in (page1_variants if page == 1 else page1_variants[:1]):
+                    r = measure(case, **fields)
+                    r.update(shape=shape.label, layout=layout, variant=name)
+                    if name == "default":
+                        calls, _ = sdpa(case)
+                        r["sdpa_tbs"] = shape.kv_bytes() / (timing.graph_us(calls) * 1e-6) / 1e12
+                        del calls
+                    result["layout"].append(r)
+                    print(f"{shape.label:<32} {layout:<11} {name:<22} plugin {r.get('tbs', 0):5.2f} TB/s"
+                          + (f"  dense SDPA {r['sdpa_tbs']:5.2f} TB/s" if "sdpa_tbs" in r else ""), flush=True)
+                del case
                 torch.cuda.empty_cache()
         save()
     if "variants" in args.part:
-        # v2: page ids outside the pipeliner (page_ids_asm) and 32-bit offsets, one at a time and
-        # together, then tile shapes that the deeper pipeline makes worth re-trying.
+        # v4: the page ids pipelined with tl.load at 4-6 stages against v3's inline ids at 3
+        # stages (64-bit offsets were v3's page-1 default).  NOTES.md, "v3 -> v4".  The "g8"
+        # variants are for GQA groups of 8 (--model qwen3-32b): 128-row tiles of 8 warps (one
+        # program per SM) against two 64-row programs per 16-token block (K/V read twice).
         variants = [
-            ("v1 (tl.load ids, 64-bit)", dict(page_ids_asm=False, offsets_32=False)),
-            ("32-bit offsets", dict(page_ids_asm=False, offsets_32=True)),
-            ("asm ids", dict(page_ids_asm=True, offsets_32=False)),
-            ("asm ids + 32-bit", dict(page_ids_asm=True, offsets_32=True)),
-            ("asm+32 S=2", dict(page_ids_asm=True, offsets_32=True, num_stages=2)),
-            ("asm+32 BN32 S=3", dict(page_ids_asm=True, offsets_32=True, block_n=32, num_stages=3)),
-            ("asm+32 BN32 S=4", dict(page_ids_asm=True, offsets_32=True, block_n=32, num_stages=4)),
-            # page 1 (64-bit offsets there): shallower or narrower tiles
-            ("asm S=2", dict(page_ids_asm=True, offsets_32=False, num_stages=2)),
-            ("asm BN32 S=3", dict(page_ids_asm=True, offsets_32=False, block_n=32, num_stages=3)),
-            ("asm BN32 S=4", dict(page_ids_asm=True, offsets_32=False, block_n=32, num_stages=4)),
-            ("32-bit BN32 S=4", dict(page_ids_asm=False, offsets_32=True, block_n=32, num_stages=4)),
-            # split-KV shapes: warps of the merge kernel
-            ("merge 1 warp", dict(merge_warps=1)),
-            ("merge 2 warps", dict(merge_warps=2)),
-            ("merge 4 warps", dict(merge_warps=4)),
+            ("v3 p1 (asm ids; 3 stages; 64-bit)", dict(page_ids_asm=True, num_stages=3, offsets_32=False)),
+            ("v3 p16 (asm ids; 3 stages)", dict(page_ids_asm=True, num_stages=3)),
+            ("tl ids S=5 32-bit", dict(page_ids_asm=False, num_stages=5)),
+            ("tl ids S=5 64-bit", dict(page_ids_asm=False, offsets_32=False, num_stages=5)),
+            ("tl ids S=4 32-bit", dict(page_ids_asm=False, num_stages=4)),
+            ("tl ids S=6 32-bit", dict(page_ids_asm=False, num_stages=6)),
+            ("g8 rows128 BN32 S=5", dict(page_ids_asm=False, num_stages=5, block_n=32)),
+            ("g8 rows128 BN32 asm S=4", dict(page_ids_asm=True, num_stages=4, block_n=32)),
+            ("g8 rows64 S=5", dict(block_q=8, block_m=64, num_warps=4, page_ids_asm=False, num_stages=5)),
+            ("g8 rows64 asm S=3", dict(block_q=8, block_m=64, num_warps=4, page_ids_asm=True, num_stages=3)),
         ]
         if args.variants:
             variants = [v for v in variants if v[0] in args.variants.split(",")]
         result["variants"] = []
-        cells = [(32, 16384, 16, "draft"), (32, 16384, 16, "verify"), (32, 16384, 1, "draft"),
-                 (32, 16384, 1, "verify"), (64, 8192, 16, "draft"), (64, 8192, 1, "verify"),
-                 (8, 4096, 16, "draft"), (8, 4096, 1, "verify"), (1, 32768, 16, "draft")]
+        cells = [(32, 16384, 1, "draft"), (32, 16384, 1, "verify"), (64, 8192, 1, "draft"),
+                 (64, 8192, 1, "verify"), (32, 16384, 16, "draft"), (64, 8192, 16, "verify"),
+                 (8, 4096, 1, "verify"), (1, 32768, 1, "draft"), (8, 4096, 16, "draft")]
         if args.variant_cells:
             cells = [(int(b), int(c), int(p), m) for b, c, p, m in
                      (cell.split("x") for cell in args.variant_cells.split(","))]
         for b, c, page, mode in cells:
-            shape = Shape("qwen3-8b", mode, b, c, page)
+            shape = Shape(args.model, mode, b, c, page)
             case = inputs.build(shape, dev)
             case.ref = inputs.reference(case)
             for name, fields in variants:

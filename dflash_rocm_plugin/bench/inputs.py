@@ -55,6 +55,19 @@ def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0, shuffle: bo
     return Case(shape, q, k_cache, v_cache, tables, seq_lens, qsl, d ** -0.5)
 
 
+def as_page1(case: Case) -> Case:
+    """The same caches and key order read as page size 1 (page-granular runs of slots)."""
+    s = case.shape
+    hq, hkv, d = s.heads
+    page = s.page
+    keys = torch.arange(s.context, device=case.q.device)
+    tables = [(t.long()[:, keys // page] * page + keys % page).to(torch.int32).contiguous()
+              for t in case.block_tables]
+    shape = dataclasses.replace(s, page=1)
+    return Case(shape, case.q, case.k_cache.view(-1, 1, hkv, d), case.v_cache.view(-1, 1, hkv, d), tables,
+                case.seq_lens, case.query_start_loc, case.scale)
+
+
 def dense_kv(case: Case, copy: int = 0):
     """K and V of every sequence as dense [B, Hkv, ctx, D] tensors (for SDPA and the reference)."""
     b, ctx, page = case.shape.batch, case.shape.context, case.shape.page

@@ -1,7 +1,8 @@
 """The benchmark grid: DFlash draft (non-causal) and verify (causal) attention over a paged cache.
 
 Both Qwen3-8B and Qwen3-4B use 32 query heads, 8 KV heads and head_dim 128 (their HF configs),
-so one head layout covers both; ``--model`` keeps them apart in the output anyway.
+so one head layout covers both; ``--model`` keeps them apart in the output anyway.  Qwen3-32B
+(64/8) and Qwen3-30B-A3B (32/4) have GQA groups of 8: 128-row tiles of 8 warps.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ MODELS = {
     # name: (num_q_heads, num_kv_heads, head_dim)
     "qwen3-8b": (32, 8, 128),
     "qwen3-4b": (32, 8, 128),
+    "qwen3-32b": (64, 8, 128),
+    "qwen3-30b-a3b": (32, 4, 128),
 }
 MODES = {"draft": False, "verify": True}  # mode -> causal
 
