@@ -152,7 +152,7 @@ def run(args, device) -> int:
         cfg = launch_config.choose(
             num_tokens=case.q.shape[0], num_seqs=shape.batch, num_kv_heads=hkv, group=hq // hkv,
             head_dim=d, kv_capacity=case.block_tables[0].shape[1] * shape.page,
-            max_query_len=shape.q_len, num_splits=None, device_index=device.index)
+            max_query_len=shape.q_len, num_splits=None, device_index=device.index, page_size=shape.page)
         row["launch"] = {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
         if row["rel_err"] > TOLERANCE:
             row["status"] = "WRONG (not timed)"

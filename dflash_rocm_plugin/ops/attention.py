@@ -109,7 +109,8 @@ def paged_attention(
     cfg = launch_config.choose(
         num_tokens=num_tokens, num_seqs=num_seqs, num_kv_heads=num_kv_heads, group=group,
         head_dim=head_dim, kv_capacity=block_table.shape[1] * block_size,
-        max_query_len=max_query_len, num_splits=num_kv_splits, device_index=device.index)
+        max_query_len=max_query_len, num_splits=num_kv_splits, device_index=device.index,
+        page_size=block_size)
     if cfg.num_splits > 1:
         p_out, p_lse = workspace.partials(device, cfg.num_splits, num_tokens, num_q_heads, head_dim,
                                           workspace_buffer)

@@ -27,10 +27,10 @@ MAX_SPLITS = 32
 # Resident attention programs per multiprocessor for the default tile.  NVIDIA
 # (BLOCK_M 64, 4 warps, 255 registers/thread): the register file holds 2.
 PROGRAMS_PER_SM = 2
-# Key tiles per program from which the 5-stage id pipeline beats inline page ids (H200, v4:
-# 128-256 tiles +14-16 % at page 1, +0-2 % at page 16; 16 tiles (split-KV shapes) -3-4 %).
-# The crossover between 16 and 128 is not measured.
-DEEP_PIPELINE_MIN_TILES = 32
+# Unsplit programs with at least this many key tiles pipeline their page ids 5 deep even at
+# page 16 (H200 v4: 256 tiles +2 %, 128 tiles +0.5 %, 16-64 tiles -0.5-2 %).  Below page 16 every
+# unsplit loop does (16-256 tiles: +16-30 % at page 1), and split-KV loops never do (-1.5-4 %).
+DEEP_PIPELINE_MIN_TILES = 128
 # Shared memory a block may use (bytes) from which the measured NVIDIA stage counts fit:
 # 3 K/V buffers of 64 x 128 bf16 plus Q, 112-116 KB per program, 2 programs on an H100/H200.
 _DEEP_STAGES_SMEM = 200 * 1024
@@ -105,7 +105,8 @@ def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int
 
 def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, head_dim: int,
            kv_capacity: int, max_query_len: int | None, num_splits: int | None,
-           device_index: int | None) -> AttentionLaunch:
+           device_index: int | None, page_size: int | None = None) -> AttentionLaunch:
+    """The launch for these shapes; ``page_size`` None (unknown) is treated as 16 or more."""
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     # Query rows per tile: 64, or 128 when the group is large and the head is
     # small enough for the accumulator to stay in registers.
@@ -138,11 +139,12 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
         if _runtime.shared_memory_per_block(device_index) < _DEEP_STAGES_SMEM:
             # Consumer and older NVIDIA parts (~100-164 KB): two K/V buffers fit.  Unmeasured.
             num_stages = min(num_stages, 2)
-        elif num_stages == 3 and tiles >= DEEP_PIPELINE_MIN_TILES:
-            # Page ids and the K/V gather, both pipelined (kernels/paged_attention.py).  H200 v4
-            # at 32 x 16K / 64 x 8K: 5 stages 4.11-4.23 TB/s at page 1 and 4.24-4.33 at page 16,
-            # against 3.57-3.68 and 4.22-4.25 with inline ids at 3 stages; split-KV loops of 16
-            # tiles ran 3-4 % faster with inline ids (2.84-2.99 vs 2.74-2.86 TB/s).
+        elif num_stages == 3 and num_splits == 1 and (
+                (page_size is not None and page_size < 16) or tiles >= DEEP_PIPELINE_MIN_TILES):
+            # Page ids and the K/V gather, both pipelined (kernels/paged_attention.py).  H200 v4,
+            # TB/s, 5 stages vs inline ids at 3: page 1 32 x 16K 4.23 vs 3.63-3.68 (64-bit
+            # offsets), 64 x 1K 3.09 vs 2.66 (32-bit); page 16 32 x 16K 4.33 vs 4.25, 64 x 1K 3.29 vs 3.37; split-KV
+            # 8 x 4K 2.74-2.79 vs 2.84-2.89, 16 x 8K page 1 3.79 vs 3.86 (NOTES.md, v3 -> v4).
             num_stages = 5
             page_ids_asm = False
     launch = AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages,

@@ -24,27 +24,40 @@ def _dflash(batch, context, page=16, q_len=16, group=4, head_dim=128, kv_heads=8
     """A DFlash draft/verify launch: q_len queries per sequence over `context` keys."""
     return launch_config.choose(
         num_tokens=batch * q_len, num_seqs=batch, num_kv_heads=kv_heads, group=group, head_dim=head_dim,
-        kv_capacity=context // page * page, max_query_len=q_len, num_splits=None, device_index=0)
+        kv_capacity=context // page * page, max_query_len=q_len, num_splits=None, device_index=0,
+        page_size=page)
 
 
-@pytest.mark.parametrize("batch,context,splits", [(32, 16384, 1), (64, 8192, 1), (8, 16384, 4), (16, 4096, 2)])
-def test_long_key_loops_pipeline_the_page_ids_5_deep(device, batch, context, splits):
+@pytest.mark.parametrize("batch,context,page", [(32, 16384, 16), (64, 8192, 16), (32, 16384, 1), (64, 8192, 1),
+                                                (64, 1024, 1), (128, 1024, 1), (32, 4096, 1), (64, 2048, 4)])
+def test_long_or_small_page_loops_pipeline_the_page_ids_5_deep(device, batch, context, page):
     device(**H200)
-    cfg = _dflash(batch, context)
-    assert (cfg.num_splits, cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.page_ids_asm) == (splits, 64, 4, 5, False)
+    cfg = _dflash(batch, context, page)
+    assert (cfg.num_splits, cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.page_ids_asm) == (1, 64, 4, 5, False)
 
 
-@pytest.mark.parametrize("batch,context,splits", [(8, 4096, 4), (1, 32768, 32), (1, 4096, 32), (4, 8192, 8)])
-def test_split_kv_loops_read_page_ids_inline_at_3_stages(device, batch, context, splits):
+@pytest.mark.parametrize("batch,context", [(64, 1024), (64, 2048), (32, 4096)])
+def test_short_page_16_loops_read_page_ids_inline(device, batch, context):
     device(**H200)
-    cfg = _dflash(batch, context)
+    cfg = _dflash(batch, context, 16)  # 16-64 tiles: the 5-stage prologue costs more than it saves
+    assert (cfg.num_splits, cfg.num_stages, cfg.page_ids_asm) == (1, 3, True)
+
+
+@pytest.mark.parametrize("page", [16, 1])
+@pytest.mark.parametrize("batch,context,splits", [(8, 4096, 4), (1, 32768, 32), (1, 4096, 32), (4, 8192, 8),
+                                                  (16, 4096, 2), (8, 16384, 4)])
+def test_split_kv_loops_read_page_ids_inline_at_3_stages(device, batch, context, splits, page):
+    device(**H200)
+    cfg = _dflash(batch, context, page)
     assert (cfg.num_splits, cfg.num_stages, cfg.page_ids_asm) == (splits, 3, True)
 
 
-def test_short_unsplit_loop_reads_page_ids_inline(device):
+def test_unknown_page_size_decides_by_loop_length(device):
     device(**H200)
-    cfg = _dflash(64, 1024)            # 512 programs, one wave is full: no split, 16 tiles each
-    assert (cfg.num_splits, cfg.num_stages, cfg.page_ids_asm) == (1, 3, True)
+    choose = dict(num_seqs=32, num_tokens=512, num_kv_heads=8, group=4, head_dim=128, max_query_len=16,
+                  num_splits=None, device_index=0)
+    assert launch_config.choose(kv_capacity=16384, **choose).num_stages == 5
+    assert launch_config.choose(kv_capacity=2048, **choose).num_stages == 3
 
 
 def test_gpus_with_less_shared_memory_get_two_stages(device):
