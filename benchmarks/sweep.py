@@ -108,7 +108,8 @@ def main() -> int:
         # v4: the page ids pipelined with tl.load at 4-6 stages against v3's inline ids at 3
         # stages (64-bit offsets were v3's page-1 default).  NOTES.md, "v3 -> v4".  The "g8"
         # variants are for GQA groups of 8 (--model qwen3-32b): 128-row tiles of 8 warps (one
-        # program per SM) against two 64-row programs per 16-token block (K/V read twice).
+        # program per SM) against two 64-row programs per 16-token block (K/V read twice).  With
+        # one program per SM, deeper stages (S=6/7, asm S=4/5) are free in occupancy.
         variants = [
             ("v3 p1 (asm ids; 3 stages; 64-bit)", dict(page_ids_asm=True, num_stages=3, offsets_32=False)),
             ("v3 p16 (asm ids; 3 stages)", dict(page_ids_asm=True, num_stages=3)),
@@ -116,6 +117,9 @@ def main() -> int:
             ("tl ids S=5 64-bit", dict(page_ids_asm=False, offsets_32=False, num_stages=5)),
             ("tl ids S=4 32-bit", dict(page_ids_asm=False, num_stages=4)),
             ("tl ids S=6 32-bit", dict(page_ids_asm=False, num_stages=6)),
+            ("tl ids S=7 32-bit", dict(page_ids_asm=False, num_stages=7)),
+            ("asm ids S=4", dict(page_ids_asm=True, num_stages=4)),
+            ("asm ids S=5", dict(page_ids_asm=True, num_stages=5)),
             ("g8 rows128 BN32 S=5", dict(page_ids_asm=False, num_stages=5, block_n=32)),
             ("g8 rows128 BN32 asm S=4", dict(page_ids_asm=True, num_stages=4, block_n=32)),
             ("g8 rows64 S=5", dict(block_q=8, block_m=64, num_warps=4, page_ids_asm=False, num_stages=5)),
