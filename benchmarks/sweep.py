@@ -120,6 +120,10 @@ def main() -> int:
             ("tl ids S=7 32-bit", dict(page_ids_asm=False, num_stages=7)),
             ("asm ids S=4", dict(page_ids_asm=True, num_stages=4)),
             ("asm ids S=5", dict(page_ids_asm=True, num_stages=5)),
+            # Q K^T of tile t+1 issued before tile t's softmax (overlap_qk)
+            ("ovl S=5", dict(overlap_qk=True, page_ids_asm=False, num_stages=5)),
+            ("ovl S=4", dict(overlap_qk=True, page_ids_asm=False, num_stages=4)),
+            ("ovl asm S=3", dict(overlap_qk=True, page_ids_asm=True, num_stages=3)),
             ("g8 rows128 BN32 S=5", dict(page_ids_asm=False, num_stages=5, block_n=32)),
             ("g8 rows128 BN32 asm S=4", dict(page_ids_asm=True, num_stages=4, block_n=32)),
             ("g8 rows64 S=5", dict(block_q=8, block_m=64, num_warps=4, page_ids_asm=False, num_stages=5)),
@@ -178,7 +182,7 @@ def main() -> int:
         if args.split_cells:
             cells = [tuple(int(x) for x in cell.split("x")) for cell in args.split_cells.split(",")]
         for b, c, page in cells:
-            shape = Shape("qwen3-8b", "draft", b, c, page)
+            shape = Shape(args.model, "draft", b, c, page)
             case = inputs.build(shape, dev)
             case.ref = inputs.reference(case)
             for splits in [int(x) for x in args.splits.split(",")]:

@@ -25,7 +25,7 @@ The kernel is bound by HBM bandwidth (about 64 FLOP per K/V byte with a
 GQA-4 group of 16 tokens), so the hot loop must do little besides two dots
 and the exponentials while the next tiles stream in (``num_stages``).
 
-Three launch-time choices serve that streaming:
+Four launch-time choices serve that streaming:
   * num_stages=5 with ``tl.load`` page ids (NVIDIA, unsplit key loops at
     pages under 16 or of many tiles): Triton's software pipeliner treats the block-table read as the
     first load of an indirect chain (ids -> K/V gather -> dots) and splits the
@@ -44,6 +44,10 @@ Three launch-time choices serve that streaming:
   * OFFSETS_32: when every element of both caches lies within 2^31 of its base
     (checked on the host), the per-key ``page * stride`` products run in
     32-bit instead of 64-bit integer arithmetic.
+  * OVERLAP_QK: 128-row tiles (GQA 8) hold one program per multiprocessor
+    and are bound by each tile's dot -> softmax -> dot chain rather than by
+    memory; issuing the next tile's Q K^T before this tile's softmax lets the
+    tensor cores and the exponentials run at the same time.
 """
 
 import triton
@@ -75,27 +79,14 @@ def _tanh(x):
 
 
 @triton.jit
-def _attend_tile(
-    acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
-    k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
-    stride_ks, stride_kh, stride_kd, stride_kb,
-    stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
-    dims, dim_ok,
-    BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
+def _kv_offsets(
+    key, key_ok, bt_row, kv_head,
+    stride_ks, stride_kh, stride_kb, stride_vs, stride_vh, stride_vb, stride_btb,
+    PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
 ):
-    """One BLOCK_N-key step of the online softmax for all BLOCK_M query rows.
-
-    MASKED=False is the hot loop: every key of the tile exists and is visible to
-    every row, so no per-element compare/select and no -inf guards are needed.
-    """
-    LOG2E: tl.constexpr = 1.4426950408889634
-    key = kv_begin + t * BLOCK_N + tl.arange(0, BLOCK_N)
-    # A tile may span several pages (page 16 or 1): gather each key's page.
+    """Element offsets of each key's K and V row for this KV head (keys may span pages)."""
     # Repeated block-table entries of one page hit L1, so this costs no HBM.
     if MASKED:
-        key_ok = key < kv_end
         page = tl.load(bt_row + (key // PAGE_SIZE) * stride_btb, mask=key_ok, other=0)
     elif PAGE_IDS_ASM:
         # Not a tl.load, so the pipeliner streams K/V two tiles ahead (module docstring).
@@ -109,6 +100,14 @@ def _attend_tile(
     in_page = key % PAGE_SIZE
     k_off = page * stride_kb + in_page * stride_ks + kv_head * stride_kh
     v_off = page * stride_vb + in_page * stride_vs + kv_head * stride_vh
+    return k_off, v_off
+
+
+@triton.jit
+def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
+            MASKED: tl.constexpr, USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Q K^T of one key tile, scaled into the base-2 exponent domain."""
+    LOG2E: tl.constexpr = 1.4426950408889634
     # K is read as [D, N] so the dot needs no transpose; each key's D values
     # are contiguous, so the load stays coalesced along dims.
     if MASKED:
@@ -122,14 +121,13 @@ def _attend_tile(
         s = softcap * _tanh(s * (scale / softcap)) * LOG2E
     else:
         s = s * (scale * LOG2E)
-    if MASKED:
-        visible = key_ok[None, :]
-        if CAUSAL:
-            visible = visible & (key[None, :] <= q_pos[:, None])
-        if USE_WINDOW:
-            visible = visible & ((q_pos[:, None] - key[None, :]) < window)
-        s = tl.where(visible, s, float("-inf"))
+    return s
 
+
+@triton.jit
+def _softmax_pv(acc, l_i, m_i, s, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
+                MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Online-softmax update of (acc, l, m) by one tile of scores and its V rows."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     if MASKED:
         # A row that has seen no key yet keeps m = -inf; shift by 0 so that
@@ -152,6 +150,80 @@ def _attend_tile(
 
 
 @triton.jit
+def _attend_tile(
+    acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
+    k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
+    stride_ks, stride_kh, stride_kd, stride_kb,
+    stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
+    dims, dim_ok,
+    BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
+):
+    """One BLOCK_N-key step of the online softmax for all BLOCK_M query rows.
+
+    MASKED=False is the hot loop: every key of the tile exists and is visible to
+    every row, so no per-element compare/select and no -inf guards are needed.
+    """
+    key = kv_begin + t * BLOCK_N + tl.arange(0, BLOCK_N)
+    key_ok = key < kv_end
+    k_off, v_off = _kv_offsets(key, key_ok, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
+                               stride_vs, stride_vh, stride_vb, stride_btb,
+                               PAGE_SIZE, MASKED, PAGE_IDS_ASM, OFFSETS_32)
+    s = _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
+                MASKED, USE_SOFTCAP, DOT_PRECISION)
+    if MASKED:
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (key[None, :] <= q_pos[:, None])
+        if USE_WINDOW:
+            visible = visible & ((q_pos[:, None] - key[None, :]) < window)
+        s = tl.where(visible, s, float("-inf"))
+    return _softmax_pv(acc, l_i, m_i, s, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
+                       MASKED, DOT_PRECISION)
+
+
+@triton.jit
+def _attend_full_tiles_overlapped(
+    acc, l_i, m_i, q, tile_lo, full_hi, kv_begin, kv_end,
+    k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
+    stride_ks, stride_kh, stride_kd, stride_kb,
+    stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
+    dims, dim_ok,
+    BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
+):
+    """The unmasked tiles [tile_lo, full_hi) with Q K^T of tile t+1 issued before tile t's softmax.
+
+    The scores of the next tile are independent of this tile's softmax, so the
+    tensor cores compute them while the exponentials run (OVERLAP_QK).  The
+    prologue scores a tile even when the range is empty (then any existing
+    tile, its missing keys read from page 0) and the result is dropped.
+    """
+    cols = tl.arange(0, BLOCK_N)
+    key = kv_begin + tl.minimum(tile_lo, tl.maximum(full_hi - 1, 0)) * BLOCK_N + cols
+    key_ok = key < kv_end
+    k_off, _ = _kv_offsets(key, key_ok, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
+                           stride_vs, stride_vh, stride_vb, stride_btb, PAGE_SIZE, True, False, OFFSETS_32)
+    s = _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
+                False, USE_SOFTCAP, DOT_PRECISION)
+    for t in range(tile_lo, full_hi):
+        key_next = kv_begin + tl.minimum(t + 1, full_hi - 1) * BLOCK_N + cols
+        k_off, _ = _kv_offsets(key_next, None, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
+                               stride_vs, stride_vh, stride_vb, stride_btb,
+                               PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
+        s_next = _scores(q, k_cache_ptr, k_off, None, dims, dim_ok, stride_kd, scale, softcap,
+                         False, USE_SOFTCAP, DOT_PRECISION)
+        _, v_off = _kv_offsets(kv_begin + t * BLOCK_N + cols, None, bt_row, kv_head, stride_ks, stride_kh,
+                               stride_kb, stride_vs, stride_vh, stride_vb, stride_btb,
+                               PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
+        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, v_cache_ptr, v_off, None, dims, dim_ok, stride_vd,
+                                    False, DOT_PRECISION)
+        s = s_next
+    return acc, l_i, m_i
+
+
+@triton.jit
 def paged_attention_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
     block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
@@ -169,7 +241,7 @@ def paged_attention_kernel(
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
     CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
+    PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr, OVERLAP_QK: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -225,14 +297,22 @@ def paged_attention_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
     bt_row = block_table_ptr + seq.to(tl.int64) * stride_bts
 
-    for t in range(tile_lo, full_hi):
-        acc, l_i, m_i = _attend_tile(
-            acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
+    if OVERLAP_QK:
+        acc, l_i, m_i = _attend_full_tiles_overlapped(
+            acc, l_i, m_i, q, tile_lo, full_hi, kv_begin, kv_end,
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
-            dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-            PAGE_IDS_ASM, OFFSETS_32)
+            dims, dim_ok, BLOCK_N, PAGE_SIZE, USE_SOFTCAP, DOT_PRECISION, PAGE_IDS_ASM, OFFSETS_32)
+    else:
+        for t in range(tile_lo, full_hi):
+            acc, l_i, m_i = _attend_tile(
+                acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
+                k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
+                stride_ks, stride_kh, stride_kd, stride_kb,
+                stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
+                dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
+                PAGE_IDS_ASM, OFFSETS_32)
     for t in range(tl.maximum(tile_lo, full_hi), tile_hi):
         acc, l_i, m_i = _attend_tile(
             acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,

@@ -25,7 +25,8 @@ from dflash_rocm_plugin.ops import _runtime
 MIN_KEYS_PER_SPLIT = 128
 MAX_SPLITS = 32
 # Resident attention programs per multiprocessor for the default tile.  NVIDIA
-# (BLOCK_M 64, 4 warps, 255 registers/thread): the register file holds 2.
+# (BLOCK_M 64, 4 warps, 255 registers/thread): the register file holds 2.  A 128-row tile
+# (8 warps, ~130 KB shared memory) leaves room for 1.
 PROGRAMS_PER_SM = 2
 # Unsplit programs with at least this many key tiles pipeline their page ids 5 deep even at
 # page 16 (H200 v4: 256 tiles +2 %, 128 tiles +0.5 %, 16-64 tiles -0.5-2 %).  Below page 16 every
@@ -48,6 +49,9 @@ class AttentionLaunch:
     # Page ids read by inline PTX so that 3 stages pipeline the K/V gather two tiles deep
     # (kernels/paged_attention.py); NVIDIA only, for short key loops.
     page_ids_asm: bool = False
+    # Q K^T of the next key tile issued before this tile's softmax (kernels/paged_attention.py),
+    # for tiles whose dots and exponentials, not memory, bound the loop.
+    overlap_qk: bool = False
     # 32-bit cache offsets; applied only where both caches fit (checked per call from their
     # sizes and strides in ops/attention.py).
     offsets_32: bool = True
@@ -128,11 +132,15 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             # 2.38), because a second, partial wave costs a whole tile time.  (With the v2
             # kernel and a 4-warp merge 8 x 4K peaked at 2 splits, 2.63 vs 2.43 TB/s; the
             # 1-warp merge of v3 lifts the 4 splits chosen here to 2.94.  NOTES.md.)
+            # 128-row tiles on NVIDIA, H200 Qwen3-32B heads: 8 x 4K 2 splits 2.51 TB/s (4: 2.18),
+            # 1 x 32K 16 splits 2.68 (32: 2.28), 4 x 8K 4 splits 2.52 (8: 2.17); the one miss,
+            # 16 x 4K, runs 1 split at 2.41 where 2 reach 2.54.
             programs = max(1, num_seqs * num_kv_heads)
-            slots = PROGRAMS_PER_SM * _runtime.multiprocessor_count(device_index)
+            per_sm = 1 if (arch.startswith("sm_") and block_m >= 128) else PROGRAMS_PER_SM
+            slots = per_sm * _runtime.multiprocessor_count(device_index)
             by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
             num_splits = max(1, min(slots // programs, by_length, MAX_SPLITS))
-    page_ids_asm = False
+    page_ids_asm = overlap_qk = False
     if arch.startswith("sm_") and not _runtime.interpreting():
         page_ids_asm = True
         tiles = -(-kv_capacity // (num_splits * block_n))
@@ -147,8 +155,13 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             # 8 x 4K 2.74-2.79 vs 2.84-2.89, 16 x 8K page 1 3.79 vs 3.86 (NOTES.md, v3 -> v4).
             num_stages = 5
             page_ids_asm = False
+            # 128-row tiles (GQA >= 8, 8 warps, one program per SM) are bound by each tile's
+            # dot -> softmax -> dot chain, not by memory.  H200 v4, Qwen3-32B heads, page 1:
+            # 2.59-2.66 -> 3.08-3.22 TB/s at large batch, 1.90 -> 2.17 at 64 x 1K; at page 16 the
+            # same change lost 8-18 % (3.19-3.31 -> 2.62-2.93) and on 64-row tiles 5-10 %.
+            overlap_qk = block_m >= 128 and page_size is not None and page_size < 16
     launch = AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages,
-                             page_ids_asm=page_ids_asm)
+                             page_ids_asm=page_ids_asm, overlap_qk=overlap_qk)
     if _forced:
         launch = dataclasses.replace(launch, **_forced)
     return launch

@@ -77,7 +77,21 @@ def test_amd_configs_never_use_inline_ptx(device, arch, stages):
 def test_large_gqa_groups_take_128_row_tiles(device):
     device(**H200)
     cfg = _dflash(32, 16384, group=8)  # Qwen3-32B: 64 query / 8 KV heads
-    assert (cfg.block_m, cfg.block_q, cfg.num_warps) == (128, 16, 8)
+    assert (cfg.block_m, cfg.block_q, cfg.num_warps, cfg.num_stages, cfg.overlap_qk) == (128, 16, 8, 5, False)
+
+
+@pytest.mark.parametrize("batch,context,splits", [(8, 4096, 2), (1, 32768, 16), (4, 8192, 4), (16, 4096, 1)])
+def test_128_row_tiles_fill_one_program_per_sm(device, batch, context, splits):
+    device(**H200)
+    assert _dflash(batch, context, group=8).num_splits == splits
+
+
+@pytest.mark.parametrize("batch,context", [(32, 16384), (64, 1024)])
+def test_128_row_tiles_overlap_scores_with_softmax_at_page_1(device, batch, context):
+    device(**H200)
+    assert _dflash(batch, context, page=1, group=8).overlap_qk
+    assert not _dflash(batch, context, page=1, group=4).overlap_qk   # 64-row tiles lost 5-10 %
+    assert not _dflash(8, 4096, page=1, group=8).overlap_qk         # split-KV
 
 
 def test_head_dim_256_keeps_its_narrow_tile(device):

@@ -97,6 +97,17 @@ def test_split_kv_matches_single_pass(causal):
         assert (one - many).abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("block_size,splits,softcap", [(16, 1, None), (1, 1, None), (5, 3, None), (16, 2, 2.5)])
+def test_overlapped_score_loop_matches_reference(causal, block_size, splits, softcap):
+    """Q K^T of tile t+1 before tile t's softmax: same answer, including loops with no full tile."""
+    from dflash_rocm_plugin.ops import launch_config
+    case = build([300, 77, 16, 129, 64], [16, 1, 16, 16, 3], num_q_heads=8, num_kv_heads=1,
+                 block_size=block_size)
+    with launch_config.forced(overlap_qk=True):
+        check(case, causal=causal, num_kv_splits=splits, softcap=softcap)
+
+
 def test_split_kv_with_more_splits_than_key_tiles():
     # Most splits own no keys at all and must contribute nothing (lse = -inf).
     check(build([10, 3], [4, 1]), causal=True, num_kv_splits=8)

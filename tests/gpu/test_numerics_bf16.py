@@ -67,13 +67,32 @@ def test_graph_split_and_no_split_agree_closely():
                                     dict(page_ids_asm=False, num_stages=3),
                                     dict(page_ids_asm=True, block_n=32, num_stages=4),
                                     dict(page_ids_asm=False, num_stages=5),
+                                    dict(overlap_qk=True, page_ids_asm=False, num_stages=5),
+                                    dict(overlap_qk=True, page_ids_asm=True, num_stages=3),
                                     dict(num_splits=7, merge_warps=1), dict(num_splits=7, merge_warps=2)],
                          ids=["tl-load-ids-64bit", "asm-ids", "asm-ids-64bit", "tl-load-ids-3-stages", "asm-ids-bn32",
-                              "tl-load-ids-5-stages", "merge-1-warp", "merge-2-warps"])
+                              "tl-load-ids-5-stages", "overlap-qk", "overlap-qk-asm-ids", "merge-1-warp",
+                              "merge-2-warps"])
 def test_page_id_and_offset_paths_match_float64(causal, page, fields):
     """Every page-id read path, offset width and merge width computes the same attention (ragged, page-straddling)."""
     from dflash_rocm_plugin.ops import launch_config
     q, k, v, table, sl, qsl = _build([1000, 4111, 16, 2049], page, seed=3)
+    out = torch.full_like(q, float("nan"))
+    with launch_config.forced(**fields):
+        ops.paged_attention(q, k, v, table, sl, qsl, causal=causal, out=out, max_query_len=16)
+    torch.cuda.synchronize()
+    ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=causal)
+    assert _rel(out, ref) < 1e-2
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
+@pytest.mark.parametrize("page", [16, 1])
+@pytest.mark.parametrize("fields", [{}, dict(overlap_qk=False), dict(overlap_qk=True)],
+                         ids=["default", "no-overlap", "overlap"])
+def test_gqa8_tiles_match_float64(causal, page, fields):
+    """Qwen3-32B heads (64 q / 8 kv): 128-row tiles of 8 warps, with and without the overlapped score loop."""
+    from dflash_rocm_plugin.ops import launch_config
+    q, k, v, table, sl, qsl = _build([1000, 4111, 16, 2049], page, hq=64, seed=4)
     out = torch.full_like(q, float("nan"))
     with launch_config.forced(**fields):
         ops.paged_attention(q, k, v, table, sl, qsl, causal=causal, out=out, max_query_len=16)
