@@ -120,6 +120,12 @@ def main() -> int:
             ("tl ids S=7 32-bit", dict(page_ids_asm=False, num_stages=7)),
             ("asm ids S=4", dict(page_ids_asm=True, num_stages=4)),
             ("asm ids S=5", dict(page_ids_asm=True, num_stages=5)),
+            # AMD (ci/rocm_validate.sh): the unmeasured gfx942/gfx950 choices and their neighbours
+            ("amd S=1", dict(page_ids_asm=False, num_stages=1)),
+            ("amd S=2", dict(page_ids_asm=False, num_stages=2)),
+            ("amd BN32 S=2", dict(page_ids_asm=False, num_stages=2, block_n=32)),
+            ("amd W8 S=1", dict(page_ids_asm=False, num_stages=1, num_warps=8)),
+            ("amd ovl S=2", dict(page_ids_asm=False, num_stages=2, overlap_qk=True)),
             # Q K^T of tile t+1 issued before tile t's softmax (overlap_qk)
             ("ovl S=5", dict(overlap_qk=True, page_ids_asm=False, num_stages=5)),
             ("ovl S=4", dict(overlap_qk=True, page_ids_asm=False, num_stages=4)),

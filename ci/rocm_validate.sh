@@ -4,6 +4,7 @@
 #   1. dflash-rocm doctor
 #   2. the kernel tests on the GPU:            pytest tests/core
 #   3. the kernel benchmark:                   dflash-rocm bench
+#      and the launch sweep that checks the gfx942/gfx950 choices: benchmarks/sweep.py
 #   4. the demo on the GPU (tiny models):      dflash-rocm demo --json
 #   5. given --model and --draft: vLLM and SGLang servers with DFlash on rocm_dflash, DFlash on the
 #      host's default ROCm backend, and no speculation; tau and throughput at concurrency 1 and 32
@@ -29,7 +30,7 @@ NUM_PROMPTS=128
 MAX_NEW_TOKENS=512
 PYTHON="${PYTHON:-python3}"
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -155,6 +156,9 @@ note ""
 step "doctor" "$OUT/doctor.log" dflash-rocm doctor
 step "kernel tests (native)" "$OUT/tests-core.log" env -u TRITON_INTERPRET "$PYTHON" -m pytest tests/core -q
 step "kernel benchmark" "$OUT/bench.log" dflash-rocm bench
+step "launch sweep (stages, tiles, KV splits)" "$OUT/sweep.log" \
+    "$PYTHON" benchmarks/sweep.py --out "$OUT/sweep.json" --deadline-s 900 --part variants,splits \
+    --variants "amd S=1,amd S=2,amd BN32 S=2,amd W8 S=1,amd ovl S=2"
 step "demo (tiny models, GPU)" "$OUT/demo.json" dflash-rocm demo --json --no-progress
 
 if [[ -n "$MODEL" && -n "$DRAFT" ]]; then

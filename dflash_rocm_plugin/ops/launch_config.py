@@ -82,17 +82,15 @@ def forced(**fields):
 def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int, int]:
     """(BLOCK_N, num_warps, num_stages) for one architecture family."""
     if arch.startswith("gfx"):
-        # CDNA3 gfx942 (MI300X) / CDNA4 gfx950 (MI355X): UNMEASURED, chosen by
-        # reasoning.  Wavefronts are 64 wide, so 4 warps = 256 lanes and the
-        # 64 x 128 fp32 accumulator costs 32 VGPRs/lane (vs 64 regs/thread on
-        # NVIDIA): registers are not the limit, LDS is.  One K+V tile of
-        # 64 keys x 128 dims bf16 is 32 KiB; gfx942 has 64 KiB LDS per CU, so
-        # only a single buffer fits (num_stages 1, the AMD backend's stream-
-        # pipeliner still prefetches into registers); gfx950 has 160 KiB, so
-        # double buffering fits (num_stages 2).  BLOCK_N 64 keeps the MFMA
-        # 16x16x16 / 32x32x8 shapes full (matrix_instr_nonkdim 16 is the
-        # backend default and suits 64-row tiles); waves_per_eu is left to the
-        # compiler (occupancy 2 would cap VGPRs at 256, enough here).
+        # CDNA3 gfx942 (MI300X) / CDNA4 gfx950 (MI355X): UNMEASURED.  Compiled offline
+        # (Triton 3.9, tests/core/test_offline_compile.py; NOTES.md "AMD, compiled offline"):
+        # the 64-row DFlash tile takes 253-262 VGPRs + AGPRs per lane on gfx942 at 1 stage,
+        # with 16 KB of LDS; 2 stages would fit (40 KB of the 64 KB) but the stream pipeliner
+        # then holds the next tile in registers.  Registers, not LDS, bound occupancy (1-2
+        # waves per SIMD), so gfx942 keeps 1 stage, as AMD advises for loops with two dots.
+        # gfx950 (160 KB LDS) at 2 stages: 217-223 registers, 74 KB.  BLOCK_N 64 keeps the
+        # MFMA 16x16 / 32x32 shapes full.  ci/rocm_validate.sh sweeps stages, BLOCK_N 32 and
+        # 8 warps on the real GPUs.
         block_n = 64 if head_dim_pad <= 128 else 32
         return block_n, 4, 2 if arch.startswith("gfx95") else 1
     if arch == "cpu":

@@ -1,5 +1,5 @@
 """ci/rocm_validate.sh passes shellcheck, and --dry-run prints the exact commands it would run
-(doctor, native kernel tests, bench, demo; with model paths, vLLM and SGLang servers with DFlash on
+(doctor, native kernel tests, bench, the launch sweep, demo; with model paths, vLLM and SGLang servers with DFlash on
 rocm_dflash, on the default backend, and without speculation, benchmarked at concurrency 1 and 32)."""
 
 import shutil
@@ -33,7 +33,8 @@ def _dry(*args):
 
 def test_dry_run_without_models():
     out = _dry()
-    for cmd in ("+ dflash-rocm doctor", "pytest tests/core", "+ dflash-rocm bench", "+ dflash-rocm demo --json"):
+    for cmd in ("+ dflash-rocm doctor", "pytest tests/core", "+ dflash-rocm bench", "+ dflash-rocm demo --json",
+                "benchmarks/sweep.py"):
         assert cmd in out
     assert "env -u TRITON_INTERPRET" in out  # the kernel tests run natively
     assert "servers: skipped" in out and "vllm serve" not in out
@@ -53,6 +54,12 @@ def test_dry_run_with_models():
         assert out.count(f"--concurrency {c} ") == 6
     assert "dflash benchmark openai" in out
     assert "nothing was executed" in out
+
+
+def test_help_is_the_header_comment():
+    res = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.startswith("Validate dflash-rocm-plugin")
+    assert res.stdout.rstrip().endswith("runs none.") and "set -euo" not in res.stdout
 
 
 def test_dry_run_does_not_create_the_report_dir(tmp_path):

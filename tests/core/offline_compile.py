@@ -1,0 +1,147 @@
+"""Compile the attention kernels for a GPU that is not here (AMD gfx9xx, NVIDIA sm_90).
+
+Triton ships both back ends, so the launches ops.paged_attention would make on an MI300X, an
+MI355X or an H100 compile on a CPU-only machine: that catches kernels that do not build or that
+overflow the target's shared memory (LDS) before anyone owns the hardware.  Arguments get the
+specialisations the runtime would give them (pointers 16-byte aligned, unit strides constant).
+
+Triton decides at import time whether every jit function (its own library's too) is interpreted,
+and the tests run interpreted on a CPU-only machine; so compiling happens in a child process:
+
+    python -m tests.core.offline_compile < jobs.json > results.json
+
+Each job is {"arch", "launch": AttentionLaunch fields, "shape": keyword arguments of attention()};
+each result is a list of Compiled fields (one per kernel), or {"error": text}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import types
+
+# Shared memory one block may use: LDS per CU on CDNA3 / CDNA4, the opt-in limit on Hopper.
+SHARED_LIMIT = {"gfx942": 64 * 1024, "gfx950": 160 * 1024, "sm_90": 227 * 1024}
+
+
+@dataclasses.dataclass
+class Compiled:
+    shared: int               # bytes of shared memory / LDS per block
+    vgpr_spills: int          # AMD: VGPRs spilled to scratch (0 on NVIDIA, where ptxas would say)
+    registers: int            # AMD: arch VGPRs + AGPRs per lane; NVIDIA: registers per thread
+
+
+def run(jobs: list[dict], timeout: float = 1200) -> list:
+    """Compile every job in one child process without the interpreter (see the module docstring)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-m", "tests.core.offline_compile"], input=json.dumps(jobs),
+                          capture_output=True, text=True, env=env, cwd=root, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"offline compile failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout)
+
+
+def target(arch: str):
+    from triton.backends.compiler import GPUTarget
+    if arch.startswith("gfx"):
+        return GPUTarget("hip", arch, 64)
+    return GPUTarget("cuda", int(arch.split("_")[1]), 32)
+
+
+def _signature(fn, values: dict, constexprs: dict):
+    from triton.compiler import ASTSource
+    sig, consts, attrs = {}, {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in constexprs:
+            sig[name], consts[name] = "constexpr", constexprs[name]
+            continue
+        v = values[name]
+        if isinstance(v, str):                   # pointer element type
+            sig[name] = v
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(v, float):
+            sig[name] = "fp32"
+        elif v == 1:
+            sig[name], consts[name] = "constexpr", 1
+        else:
+            sig[name] = "i32"
+            if v % 16 == 0 and v != 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return ASTSource(fn, sig, consts, attrs)
+
+
+def _compile(arch: str, src, num_warps: int, num_stages: int) -> Compiled:
+    import triton
+    kernel = triton.compile(src, target=target(arch), options=dict(num_warps=num_warps, num_stages=num_stages))
+    if arch.startswith("gfx"):
+        asm = kernel.asm["amdgcn"]
+
+        def meta(key):
+            found = re.findall(r"\.%s:\s+(\d+)" % key, asm)
+            return int(found[0]) if found else 0
+        return Compiled(kernel.metadata.shared, meta("vgpr_spill_count"), meta("vgpr_count") + meta("agpr_count"))
+    ptx = kernel.asm["ptx"]
+    return Compiled(kernel.metadata.shared, 0, int(re.findall(r"\.maxnreg\s+(\d+)", ptx)[0])
+                    if ".maxnreg" in ptx else 0)
+
+
+def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int,
+              causal: bool, window: int = 0, softcap: float = 0.0, dtype: str = "bf16",
+              num_tokens: int = 512, num_seqs: int = 32, table_width: int = 1024) -> list[Compiled]:
+    """Compile the launch ``cfg`` (ops.launch_config.AttentionLaunch) as ops.paged_attention would run it."""
+    import triton
+
+    from dflash_rocm_plugin.kernels import paged_attention as native
+    d, hq, hkv = head_dim, num_q_heads, num_kv_heads
+    splits = cfg.num_splits
+    values = dict(
+        q_ptr=f"*{dtype}", k_cache_ptr=f"*{dtype}", v_cache_ptr=f"*{dtype}", out_ptr=f"*{dtype}",
+        block_table_ptr="*i32", seq_lens_ptr="*i32", query_start_loc_ptr="*i32",
+        partial_out_ptr="*fp32" if splits > 1 else f"*{dtype}",
+        partial_lse_ptr="*fp32" if splits > 1 else f"*{dtype}",
+        scale=0.1, softcap=softcap or 1.0, window=max(window, 2), num_seqs=num_seqs,
+        stride_qt=hq * d, stride_qh=d, stride_qd=1,
+        stride_kb=page_size * hkv * d, stride_ks=hkv * d, stride_kh=d, stride_kd=1,
+        stride_vb=page_size * hkv * d, stride_vs=hkv * d, stride_vh=d, stride_vd=1,
+        stride_ot=hq * d, stride_oh=d, stride_od=1,
+        stride_bts=table_width, stride_btb=1,
+        stride_pos=num_tokens * hq * d if splits > 1 else 0, stride_pot=hq * d if splits > 1 else 0,
+        stride_poh=d if splits > 1 else 0,
+        stride_pls=num_tokens * hq if splits > 1 else 0, stride_plt=hq if splits > 1 else 0,
+    )
+    constexprs = dict(
+        HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad, GQA=hq // hkv, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n, PAGE_SIZE=page_size, CAUSAL=causal, USE_WINDOW=window > 0,
+        USE_SOFTCAP=softcap > 0.0, NUM_SPLITS=splits, DOT_PRECISION="ieee" if dtype == "fp32" else None,
+        PAGE_IDS_ASM=cfg.page_ids_asm, OFFSETS_32=cfg.offsets_32, OVERLAP_QK=cfg.overlap_qk,
+    )
+    out = [_compile(arch, _signature(native.paged_attention_kernel, values, constexprs),
+                    cfg.num_warps, cfg.num_stages)]
+    if splits > 1:
+        merge_values = {k: values[k] for k in native.merge_splits_kernel.arg_names if k in values}
+        merge_consts = dict(HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad, NUM_SPLITS=splits,
+                            SPLITS_PAD=max(2, triton.next_power_of_2(splits)))
+        out.append(_compile(arch, _signature(native.merge_splits_kernel, merge_values, merge_consts),
+                            cfg.merge_warps, 1))
+    return out
+
+
+def _main() -> int:
+    results = []
+    for job in json.load(sys.stdin):
+        try:
+            compiled = attention(job["arch"], types.SimpleNamespace(**job["launch"]), **job["shape"])
+            results.append([dataclasses.asdict(c) for c in compiled])
+        except Exception as exc:  # reported to the test, which fails on it
+            results.append({"error": f"{type(exc).__name__}: {str(exc)[-2000:]}"})
+    json.dump(results, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
