@@ -26,21 +26,22 @@ GQA-4 group of 16 tokens), so the hot loop must do little besides two dots
 and the exponentials while the next tiles stream in (``num_stages``).
 
 Four launch-time choices serve that streaming:
-  * num_stages=5 with ``tl.load`` page ids (NVIDIA, unsplit key loops at
-    pages under 16 or of many tiles): Triton's software pipeliner treats the block-table read as the
-    first load of an indirect chain (ids -> K/V gather -> dots) and splits the
-    stages between them.  At 5 stages the ids of tile i+3 are copied into
-    shared memory while the K/V of tile i+2 are gathered with ids that landed
-    a step earlier, so two K/V tiles are in flight and no warp waits on an id.
-    At 3 stages the chain leaves one: the K/V of step i+1 are issued after
-    step i's dots and every step starts by draining all copies.
-  * PAGE_IDS_ASM (NVIDIA, split-KV and short page-16 loops): reading the page ids with an
-    inline ``ld.global.nc`` (an op the pipeliner does not convert) leaves the
-    K/V gather as the loop's only pipelined load, so 3 stages already keep
-    two K/V tiles in flight with a shorter prologue.  The read itself sits
-    right before the address arithmetic that consumes it and queues behind
-    the K/V copies in L1, which costs 15-30 % in unsplit loops at page 1,
-    where every key of a tile has its own id.
+  * num_stages=5 with ``tl.load`` page ids (NVIDIA, unsplit key loops at pages
+    under 16 or of many tiles): Triton's software pipeliner treats the
+    block-table read as the first load of an indirect chain (ids -> K/V gather
+    -> dots) and splits the stages between them.  At 5 stages the ids of tile
+    i+3 are copied into shared memory while the K/V of tile i+2 are gathered
+    with ids that landed a step earlier, so two K/V tiles are in flight and no
+    warp waits on an id.  At 3 stages the chain leaves one: the K/V of step
+    i+1 are issued after step i's dots and every step starts by draining all
+    copies.
+  * PAGE_IDS_ASM (NVIDIA, split-KV and short page-16 loops): reading the page
+    ids with an inline ``ld.global.nc`` (an op the pipeliner does not convert)
+    leaves the K/V gather as the loop's only pipelined load, so 3 stages
+    already keep two K/V tiles in flight with a shorter prologue.  The read
+    itself sits right before the address arithmetic that consumes it and
+    queues behind the K/V copies in L1, which costs 15-30 % in unsplit loops
+    at page 1, where every key of a tile has its own id.
   * OFFSETS_32: when every element of both caches lies within 2^31 of its base
     (checked on the host), the per-key ``page * stride`` products run in
     32-bit instead of 64-bit integer arithmetic.
