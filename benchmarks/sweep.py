@@ -47,6 +47,26 @@ def measure(case, **forced):
     return {"us": us, "eager_us": eager, "tbs": s.kv_bytes() / (us * 1e-6) / 1e12, "rel_err": err}
 
 
+def time_grid(rows: list, shapes, configs, stop_at: float, save) -> None:
+    """Time every config on every shape into ``rows``; a config is (fields to record, launch fields,
+    label).  Each shape's case is built once, checked configs share its float32 reference."""
+    for shape in shapes:
+        case = inputs.build(shape, torch.device("cuda"))
+        case.ref = inputs.reference(case)
+        for record, fields, label in configs:
+            if time.time() > stop_at:
+                break
+            r = measure(case, **fields)
+            r.update(shape=shape.label, **record)
+            rows.append(r)
+            print(f"{shape.label:<32} {label:<34} "
+                  + (f"{r['us']:8.1f} us {r['tbs']:5.2f} TB/s (eager {r['eager_us']:.1f})" if "us" in r
+                     else r["error"]), flush=True)
+        save()
+        del case
+        torch.cuda.empty_cache()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="sweep.json")
@@ -59,7 +79,7 @@ def main() -> int:
     ap.add_argument("--splits", default="1,2,4,8,12,16,24,32")
     ap.add_argument("--variant-cells", default=None, help="e.g. 32x16384x1xdraft,64x8192x16xverify")
     ap.add_argument("--variants", default=None, help="comma list of variant names (default: all)")
-    ap.add_argument("--model", default="qwen3-8b", help="head layout of the variant cells (bench/shapes.py)")
+    ap.add_argument("--model", default="qwen3-8b", help="head layout of every timed shape (bench/shapes.py)")
     args = ap.parse_args()
     t0 = time.time()
     dev = torch.device("cuda")
@@ -144,21 +164,9 @@ def main() -> int:
         if args.variant_cells:
             cells = [(int(b), int(c), int(p), m) for b, c, p, m in
                      (cell.split("x") for cell in args.variant_cells.split(","))]
-        for b, c, page, mode in cells:
-            shape = Shape(args.model, mode, b, c, page)
-            case = inputs.build(shape, dev)
-            case.ref = inputs.reference(case)
-            for name, fields in variants:
-                if time.time() - t0 > args.deadline_s * 0.75:
-                    break
-                r = measure(case, **fields)
-                r.update(shape=shape.label, variant=name)
-                result["variants"].append(r)
-                print(f"{shape.label:<32} {name:<26} "
-                      + (f"{r['us']:8.1f} us {r['tbs']:5.2f} TB/s" if "us" in r else r["error"]), flush=True)
-            save()
-            del case
-            torch.cuda.empty_cache()
+        time_grid(result["variants"], [Shape(args.model, m, b, c, p) for b, c, p, m in cells],
+                  [(dict(variant=name), fields, name) for name, fields in variants],
+                  t0 + args.deadline_s * 0.75, save)
     if "tiles" in args.part:
         configs = list(itertools.product([64, 32, 128], [4, 8], [3, 2, 4]))
         cells = [(32, 16384, 16, "draft"), (32, 16384, 16, "verify"), (32, 16384, 1, "draft"),
@@ -167,42 +175,19 @@ def main() -> int:
             configs = [(64, 4, 2), (64, 4, 3), (64, 4, 4)]
             cells = [(32, 16384, 16, "verify"), (32, 16384, 16, "draft"), (64, 8192, 16, "verify"),
                      (64, 8192, 1, "verify")]
-        for b, c, page, mode in cells:
-            shape = Shape("qwen3-8b", mode, b, c, page)
-            case = inputs.build(shape, dev)
-            case.ref = inputs.reference(case)
-            for bn, nw, ns in configs:
-                if time.time() - t0 > args.deadline_s * 0.7:
-                    break
-                r = measure(case, block_n=bn, num_warps=nw, num_stages=ns)
-                r.update(shape=shape.label, block_n=bn, num_warps=nw, num_stages=ns)
-                result["tiles"].append(r)
-                print(f"{shape.label:<32} BN={bn:<3} W={nw} S={ns}  "
-                      + (f"{r['us']:8.1f} us {r['tbs']:5.2f} TB/s" if "us" in r else r["error"]), flush=True)
-            save()
-            del case
-            torch.cuda.empty_cache()
+        time_grid(result["tiles"], [Shape(args.model, m, b, c, p) for b, c, p, m in cells],
+                  [(dict(block_n=bn, num_warps=nw, num_stages=ns), dict(block_n=bn, num_warps=nw, num_stages=ns),
+                    f"BN={bn} W={nw} S={ns}") for bn, nw, ns in configs],
+                  t0 + args.deadline_s * 0.7, save)
     if "splits" in args.part:
         cells = [(1, 32768, 16), (8, 4096, 16), (1, 32768, 1), (8, 4096, 1), (1, 4096, 16), (8, 16384, 16),
                  (4, 8192, 16), (16, 4096, 16)]
         if args.split_cells:
             cells = [tuple(int(x) for x in cell.split("x")) for cell in args.split_cells.split(",")]
-        for b, c, page in cells:
-            shape = Shape(args.model, "draft", b, c, page)
-            case = inputs.build(shape, dev)
-            case.ref = inputs.reference(case)
-            for splits in [int(x) for x in args.splits.split(",")]:
-                if time.time() - t0 > args.deadline_s:
-                    break
-                r = measure(case, num_splits=splits)
-                r.update(shape=shape.label, num_splits=splits)
-                result["splits"].append(r)
-                print(f"{shape.label:<32} splits={splits:<3} "
-                      + (f"{r['us']:8.1f} us {r['tbs']:5.2f} TB/s (eager {r['eager_us']:.1f})" if "us" in r
-                         else r["error"]), flush=True)
-            save()
-            del case
-            torch.cuda.empty_cache()
+        time_grid(result["splits"], [Shape(args.model, "draft", b, c, p) for b, c, p in cells],
+                  [(dict(num_splits=n), dict(num_splits=n), f"splits={n}")
+                   for n in (int(x) for x in args.splits.split(","))],
+                  t0 + args.deadline_s, save)
     save()
     print(f"sweep done in {time.time() - t0:.0f} s; best per shape:", flush=True)
     for part, keys in (("tiles", ("block_n", "num_warps", "num_stages")), ("splits", ("num_splits",)),
