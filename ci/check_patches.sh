@@ -10,19 +10,20 @@
 # (default ~/.cache/dflash-rocm-plugin/wheels) and reused; only the files a diff touches are
 # unpacked.  When the registry cannot be reached and a wheel is not cached, that release is
 # skipped with a message saying so; any other failure fails the check.
-set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # set -Eeuo pipefail and the loud ERR trap
+ROOT="$REPO_ROOT"
 CACHE="${DFLASH_WHEEL_CACHE:-$HOME/.cache/dflash-rocm-plugin/wheels}"
-PYTHON="${PYTHON:-python3}"
 mkdir -p "$CACHE"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 say() { printf '[patches] %s\n' "$*" >&2; }
 
-cached_wheel() {  # host version -> path of a cached wheel, or nothing
+cached_wheel() {  # host version -> path of a cached wheel, or nothing; always succeeds
     local f
-    for f in "$CACHE/$1-$2-"*.whl; do [[ -f "$f" ]] && { echo "$f"; return; }; done
+    for f in "$CACHE/$1-$2-"*.whl; do [[ -f "$f" ]] && { echo "$f"; return 0; }; done
+    return 0
 }
 
 registry_reachable() {
@@ -34,7 +35,7 @@ targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(sglang vllm)
 
 for target in "${targets[@]}"; do
-    for dir in "$ROOT"/patches/$target "$ROOT"/patches/$target/*; do
+    for dir in "$ROOT/patches/$target" "$ROOT/patches/$target"/*; do
         [[ -d "$dir" ]] || continue
         ls "$dir"/*.diff >/dev/null 2>&1 || continue
         version="$(basename "$dir")"; host="$(basename "$(dirname "$dir")")"
@@ -49,6 +50,10 @@ for target in "${targets[@]}"; do
                 skipped=$((skipped + 1)); continue
             fi
             wheel="$(cached_wheel "$host" "$version")"
+            if [[ -z "$wheel" ]]; then
+                say "FAIL $host $version: pip download succeeded but no $host-$version-*.whl is in $CACHE"
+                failed=$((failed + 1)); continue
+            fi
         fi
         src="$work/$host-$version"; mkdir -p "$src"
         for diff in "$dir"/*.diff; do

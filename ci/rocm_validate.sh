@@ -3,6 +3,7 @@
 #
 #   1. dflash-rocm doctor
 #   2. the kernel tests on the GPU:            pytest tests/core
+#      and the GPU suite (bf16, graph capture/replay, large shapes): pytest tests/gpu
 #   3. the kernel benchmark:                   dflash-rocm bench
 #      and the launch sweep that checks the gfx942/gfx950 choices: benchmarks/sweep.py
 #   4. the demo on the GPU (tiny models):      dflash-rocm demo --json
@@ -155,6 +156,8 @@ note ""
 
 step "doctor" "$OUT/doctor.log" dflash-rocm doctor
 step "kernel tests (native)" "$OUT/tests-core.log" env -u TRITON_INTERPRET "$PYTHON" -m pytest tests/core -q
+step "GPU suite (bf16, graph capture/replay, large shapes)" "$OUT/tests-gpu.log" \
+    env -u TRITON_INTERPRET "$PYTHON" -m pytest tests/gpu -q
 step "kernel benchmark" "$OUT/bench.log" dflash-rocm bench
 step "launch sweep (stages, tiles, KV splits)" "$OUT/sweep.log" \
     "$PYTHON" benchmarks/sweep.py --out "$OUT/sweep.json" --deadline-s 900 --part variants,splits \

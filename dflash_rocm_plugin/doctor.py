@@ -6,8 +6,9 @@ that), whether each installed host lists the plugin's entry point and knows ``ro
 after running its own plugin loading, the outcome of every host fix in
 ``dflash_rocm_plugin.host_fix_catalogue``, and the kernel path the ops layer will take.
 
-Exit status: 1 when a host in the plugin's supported range is installed but ``rocm_dflash``
-is not registered after its plugin loading; 0 otherwise.
+Exit status: 1 when the kernels cannot run (no importable ``triton``, or one too old) or when a
+host in the plugin's supported range is installed but ``rocm_dflash`` is not registered after its
+plugin loading; 0 otherwise.
 """
 
 from __future__ import annotations
@@ -100,6 +101,16 @@ def kernel_path():
         return f"triton (impl_select.describe() failed: {exc!r})"
 
 
+def triton_report() -> dict:
+    """Whether the kernels can run: the plugin uses whichever ``triton`` module torch's build brings."""
+    try:
+        from dflash_rocm_plugin import ops
+        problem = ops.platform_problem()
+    except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
+        problem = f"the ops layer failed to import: {exc!r}"
+    return {"usable": problem is None, "problem": problem}
+
+
 def entry_point_visible(host: str) -> bool:
     try:
         eps = metadata.entry_points(group=ENTRY_GROUPS[host])
@@ -167,11 +178,11 @@ def collect(hosts=("vllm", "sglang")) -> dict:
     versions = {name: package_version(dists) for name, dists in PACKAGES}
     ranges = supported_ranges()
     report = {"plugin": __version__, **platform_info(), "versions": versions,
-              "kernel_path": kernel_path(), "hosts": {}}
+              "triton": triton_report(), "kernel_path": kernel_path(), "hosts": {}}
     for host in hosts:
         report["hosts"][host] = host_report(host, versions[host], ranges.get(host))
-    report["ok"] = not any(h["installed"] and h["supported"] and not h["registered"]
-                           for h in report["hosts"].values())
+    report["ok"] = report["triton"]["usable"] and not any(
+        h["installed"] and h["supported"] and not h["registered"] for h in report["hosts"].values())
     return report
 
 
@@ -190,6 +201,8 @@ def render(report: dict) -> str:
     lines = [f"dflash-rocm-plugin {report['plugin']}",
              f"platform: {report['platform']}{arch}",
              "versions: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in report["versions"].items()),
+             "triton: " + ("usable" if report["triton"]["usable"]
+                           else f"CANNOT RUN THE KERNELS - {report['triton']['problem']}"),
              f"kernel path: {_kernel_line(report['kernel_path'])}"]
     for host, h in report["hosts"].items():
         if not h["installed"]:
@@ -202,8 +215,12 @@ def render(report: dict) -> str:
         lines.append(f"  {BACKEND_NAME}: {'registered' if h['registered'] else 'NOT registered'} - {h['detail']}")
         for fix in h["fixes"]:
             lines.append(f"  fix {fix['id']}: {fix['status']} - {fix['reason']}")
-    lines.append("status: OK" if report["ok"] else
-                 f"status: FAILED - a supported host is installed but {BACKEND_NAME} is not registered")
+    if report["ok"]:
+        lines.append("status: OK")
+    elif not report["triton"]["usable"]:
+        lines.append("status: FAILED - the kernels cannot run: no usable triton (see above)")
+    else:
+        lines.append(f"status: FAILED - a supported host is installed but {BACKEND_NAME} is not registered")
     return "\n".join(lines)
 
 

@@ -49,37 +49,38 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+class UsageError(ValueError):
+    """A flag's value the demo cannot run with; the message names the flag and what it accepts."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Exit status: 0 lossless, 1 not lossless (the report is printed first), 2 bad arguments."""
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if bool(args.target) != bool(args.draft):
-        print("dflash-rocm demo: --target and --draft go together", file=sys.stderr)
+    try:
+        device, dtype, prompts = _validate(args)
+    except UsageError as err:
+        print(f"dflash-rocm demo: {err}", file=sys.stderr)
         return 2
     import torch
 
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     if device.type == "cpu":
         # Triton runs interpreted on the CPU; the tiny shapes gain nothing from threads, and
         # oversubscribed threads on a busy machine cost 10x.
         os.environ.setdefault("TRITON_INTERPRET", "1")
         torch.set_num_threads(1)
-    dtype = (torch.float32 if device.type == "cpu" else torch.bfloat16) if args.dtype == "auto" \
-        else getattr(torch, args.dtype)
     torch.manual_seed(args.seed)
 
     from dflash_rocm_plugin.demo import report, speculative
     from dflash_rocm_plugin.demo.config import ConfigError
     try:
-        setup = _real(args, dtype, device) if args.target else _tiny(args, dtype, device)
+        setup = _real(args, prompts, dtype, device) if args.target else _tiny(args, prompts, dtype, device)
     except (ConfigError, FileNotFoundError) as err:
         print(f"dflash-rocm demo: {err}", file=sys.stderr)
         return 2
     target, draft, prompts, tokenizer, models = setup
-    max_new = args.max_new_tokens or (128 if args.target else 16)
-    block = args.block_size or draft.config.block_size
-    page = args.page_size or (16 if args.target else 4)
-    if max_new < 1 or block < 2 or page < 1:
-        print("dflash-rocm demo: --max-new-tokens >= 1, --block-size >= 2, --page-size >= 1", file=sys.stderr)
-        return 2
+    max_new = _given(args.max_new_tokens, 128 if args.target else 16)
+    block = _given(args.block_size, draft.config.block_size)
+    page = _given(args.page_size, 16 if args.target else 4)
     # a bar only where someone watches (a terminal); logs and pipes stay clean
     bar = report.ProgressBar if sys.stderr.isatty() and not args.no_progress else None
     spec = speculative.dflash_greedy(target, draft, prompts, max_new, block_size=block, page_size=page,
@@ -93,16 +94,99 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
     else:
         print(report.render(result, tokenizer))
-    return 0
+    return 0 if result["lossless"] else 1
 
 
-def _tiny(args, dtype, device):
+def _given(value, default):
+    return default if value is None else value
+
+
+def _at_least(flag: str, value, low: int) -> None:
+    if value is not None and value < low:
+        raise UsageError(f"{flag} must be >= {low}, got {value}")
+
+
+def _validate(args):
+    """Every flag, before any model is built: (device, dtype, prompt ids or None)."""
+    if bool(args.target) != bool(args.draft):
+        raise UsageError("--target and --draft go together (both checkpoint directories, or neither "
+                         "for the tiny models)")
+    _at_least("--batch", args.batch, 1)
+    _at_least("--max-new-tokens", args.max_new_tokens, 1)
+    _at_least("--block-size", args.block_size, 2)  # 1 anchor + at least one drafted token
+    _at_least("--page-size", args.page_size, 1)
+    _at_least("--distill-steps", args.distill_steps, 1)
+    if args.target and args.draft_mode != "distilled":
+        raise UsageError("--draft-mode only applies to the tiny models (a checkpoint draft is what it is)")
+    device = _device(args.device)
+    dtype = _dtype(args.dtype, device)
+    prompts = _prompt_ids(args.prompt_ids)
+    if args.prompt and not args.target:
+        raise UsageError("--prompt needs a tokenizer and the tiny models have none: pass token ids with "
+                         f"--prompt-ids (0..{_vocab_size(args) - 1}), or use --target/--draft checkpoints")
+    if prompts:
+        vocab = _vocab_size(args)
+        for ids in prompts:
+            bad = [t for t in ids if not 0 <= t < vocab]
+            if bad:
+                raise UsageError(f"--prompt-ids holds {bad[0]}, outside the target's vocabulary 0..{vocab - 1}")
+    return device, dtype, prompts
+
+
+def _device(text: str):
+    import torch
+
+    if text == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {text!r} is not supported (auto, cpu, cuda, cuda:N; ROCm GPUs are 'cuda')")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"ROCm {torch.version.hip}" if torch.version.hip else (
+                f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU only")
+            raise UsageError(f"--device {text}: torch sees no GPU here (torch {torch.__version__}, {build}); "
+                             "use --device cpu")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise UsageError(f"--device {text}: only {count} GPU(s) visible (cuda:0..cuda:{count - 1})")
+    return device
+
+
+def _dtype(name: str, device):
+    import torch
+
+    if name == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    if device.type == "cpu" and name == "bfloat16":
+        # The interpreter's tl.dot on bf16 operands is wrong; fp16/fp32 are exact.
+        raise UsageError("--dtype bfloat16 is not supported on the CPU (the Triton interpreter's bf16 dots "
+                         "are wrong); use float32 or float16 there")
+    return getattr(torch, name)
+
+
+def _vocab_size(args) -> int:
+    if not args.target:
+        from dflash_rocm_plugin.demo import tiny
+        return tiny.tiny_configs()[0].vocab_size
+    from dflash_rocm_plugin.demo import checkpoint
+    from dflash_rocm_plugin.demo.config import ConfigError
+    try:
+        return int(checkpoint.read_config(args.target)["vocab_size"])
+    except (ConfigError, KeyError, ValueError, OSError) as err:
+        raise UsageError(f"--target {args.target}: cannot read its vocabulary size ({err})") from None
+
+
+def _tiny(args, prompts, dtype, device):
     from dflash_rocm_plugin.demo import tiny
     target = tiny.tiny_target(args.seed)
     draft = tiny.tiny_draft(target, mode=args.draft_mode, seed=args.seed, steps=args.distill_steps)
     vocab = target.config.vocab_size
-    prompts = _prompt_ids(args) or tiny.random_prompts(args.batch or 3, vocab, seed=args.seed + 10,
-                                                       exclude=draft.config.mask_token_id)
+    prompts = prompts or tiny.random_prompts(_given(args.batch, 3), vocab, seed=args.seed + 10,
+                                             exclude=draft.config.mask_token_id)
     models = {"target": "tiny Qwen3 (seeded random, %d layers, hidden %d, vocab %d)" % (
         target.config.num_hidden_layers, target.config.hidden_size, vocab),
         "draft": "tiny DFlash (%d layers, %s, target layers %s)" % (
@@ -111,12 +195,12 @@ def _tiny(args, dtype, device):
             _batch(prompts, args.batch), None, models)
 
 
-def _real(args, dtype, device):
+def _real(args, prompts, dtype, device):
     from dflash_rocm_plugin.demo import checkpoint
     target = checkpoint.load_target(args.target, dtype=dtype, device=device)
     draft = checkpoint.load_draft(args.draft, target.config, dtype=dtype, device=device)
     tokenizer = None
-    prompts = _prompt_ids(args)
+    prompts = list(prompts)
     if args.prompt or not prompts:
         tokenizer = _tokenizer(args.target)
         texts = args.prompt or ["Write a Python function that checks whether a number is prime."]
@@ -128,10 +212,6 @@ def _real(args, dtype, device):
             else:
                 ids = tokenizer(text)["input_ids"]
             prompts.append(list(ids))
-    vocab = target.config.vocab_size
-    for p in prompts:
-        if not p or max(p) >= vocab or min(p) < 0:
-            raise ConfigError(f"--prompt-ids must be non-empty ids in 0..{vocab - 1}")
     models = {"target": str(args.target), "draft": str(args.draft)}
     return target, draft, _batch(prompts, args.batch), tokenizer, models
 
@@ -148,19 +228,21 @@ def _tokenizer(path):
         raise ConfigError(f"no usable tokenizer in {path} ({err}); pass --prompt-ids instead") from None
 
 
-def _prompt_ids(args) -> list[list[int]]:
-    try:
-        return [[int(t) for t in s.replace(" ", "").split(",") if t] for s in args.prompt_ids]
-    except ValueError:
-        from dflash_rocm_plugin.demo.config import ConfigError
-        raise ConfigError("--prompt-ids takes comma-separated integers, e.g. 9707,11,1879") from None
+def _prompt_ids(texts) -> list[list[int]]:
+    prompts = []
+    for text in texts:
+        try:
+            ids = [int(t) for t in text.replace(" ", "").split(",") if t]
+        except ValueError:
+            raise UsageError(f"--prompt-ids takes comma-separated integers, e.g. 9707,11,1879; got {text!r}") from None
+        if not ids:
+            raise UsageError("--prompt-ids got an empty list; give at least one token id")
+        prompts.append(ids)
+    return prompts
 
 
 def _batch(prompts: list[list[int]], batch: int | None) -> list[list[int]]:
-    n = batch or len(prompts)
-    if n < 1:
-        from dflash_rocm_plugin.demo.config import ConfigError
-        raise ConfigError("--batch must be >= 1")
+    n = _given(batch, len(prompts))
     return [prompts[i % len(prompts)] for i in range(n)]
 
 

@@ -4,8 +4,38 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 
 import torch
+
+# The oldest Triton the kernels are written for (tl.dot input_precision, inline_asm_elementwise).
+MIN_TRITON = (3, 2)
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+@functools.lru_cache(maxsize=None)
+def triton_problem() -> str | None:
+    """Why the kernels cannot run here (no ``triton`` module, or one too old), or None.
+
+    The plugin does not depend on the ``triton`` distribution: each GPU build of torch brings its
+    own (``pytorch-triton-rocm`` on ROCm), so this is checked instead of declared.
+    """
+    try:
+        import triton
+    except Exception as exc:  # noqa: BLE001 - a broken install raises more than ImportError
+        return (f"`import triton` failed ({type(exc).__name__}: {exc}); GPU builds of torch bring their "
+                "own Triton (pytorch-triton-rocm on ROCm); with a CPU-only torch, "
+                "pip install 'dflash-rocm-plugin[triton]'")
+    version = str(getattr(triton, "__version__", ""))
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is None or tuple(int(x) for x in m.groups()) < MIN_TRITON:
+        need = ".".join(map(str, MIN_TRITON))
+        return (f"triton {version or '(unknown version)'} is older than {need}, the oldest the kernels "
+                f"support; use a torch build that ships Triton >= {need}")
+    return None
 
 
 def interpreting() -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import triton
 
 from dflash_rocm_plugin.ops import _runtime, _validate, impl_select, launch_config, workspace
 
@@ -138,7 +137,7 @@ def paged_attention(
             out, p_out, p_lse, query_start_loc, num_seqs,
             *out.stride(), *_partial_strides(p_out, p_lse, cfg.num_splits),
             HEAD_DIM=head_dim, HEAD_DIM_PAD=cfg.head_dim_pad,
-            NUM_SPLITS=cfg.num_splits, SPLITS_PAD=max(2, triton.next_power_of_2(cfg.num_splits)),
+            NUM_SPLITS=cfg.num_splits, SPLITS_PAD=max(2, _runtime.next_power_of_2(cfg.num_splits)),
             num_warps=cfg.merge_warps,
         )
     return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import triton
 
 from dflash_rocm_plugin.ops import _runtime, _validate
 
@@ -44,6 +43,6 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
         key, value, k_cache, v_cache, slot_mapping,
         num_kv_heads, head_dim, block_size,
         *key.stride(), *value.stride(), *k_cache.stride(), *v_cache.stride(),
-        BLOCK_H=triton.next_power_of_2(num_kv_heads), BLOCK_D=triton.next_power_of_2(head_dim),
+        BLOCK_H=_runtime.next_power_of_2(num_kv_heads), BLOCK_D=_runtime.next_power_of_2(head_dim),
         num_warps=4 if num_kv_heads * head_dim >= 1024 else 1,
     )

@@ -16,8 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-import triton
-
 from dflash_rocm_plugin.ops import _runtime
 
 # Minimum keys per split (two 64-key tiles).  H200, 1 x 4K: 32 splits of 128 keys
@@ -109,14 +107,14 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
            kv_capacity: int, max_query_len: int | None, num_splits: int | None,
            device_index: int | None, page_size: int | None = None) -> AttentionLaunch:
     """The launch for these shapes; ``page_size`` None (unknown) is treated as 16 or more."""
-    head_dim_pad = max(16, triton.next_power_of_2(head_dim))
+    head_dim_pad = max(16, _runtime.next_power_of_2(head_dim))
     # Query rows per tile: 64, or 128 when the group is large and the head is
     # small enough for the accumulator to stay in registers.
     rows = 128 if (group >= 8 and head_dim_pad <= 128) else 64
     block_q = max(1, rows // group)
     if max_query_len is not None:
-        block_q = min(block_q, triton.next_power_of_2(max(1, max_query_len)))
-    block_m = max(16, triton.next_power_of_2(block_q * group))
+        block_q = min(block_q, _runtime.next_power_of_2(max(1, max_query_len)))
+    block_m = max(16, _runtime.next_power_of_2(block_q * group))
     arch = _runtime.gpu_arch(device_index)
     block_n, num_warps, num_stages = _arch_defaults(arch, head_dim_pad, block_m)
 

@@ -28,6 +28,10 @@ def check_runner(runner) -> None:
     from sglang.srt.configs.model_config import AttentionArch
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
+    from dflash_rocm_plugin import ops
+    problem = ops.platform_problem()
+    if problem:
+        _reject(f"the kernels cannot run here: {problem}")
     mc = runner.model_config
     if mc.attention_arch != AttentionArch.MHA:
         _reject(f"attention architecture {mc.attention_arch.name} (MLA) is not supported; MHA/GQA only")

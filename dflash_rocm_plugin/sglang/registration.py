@@ -64,6 +64,7 @@ def register() -> None:
         else:
             _register_backend()
             _register_choices()
+            _warn_if_kernels_cannot_run()
             # dflash_utils is a heavy import (~10 s cold): patch it now only if it is
             # already loaded; otherwise the backend factory does, before any capture.
             if "sglang.srt.speculative.dflash_utils" in sys.modules:
@@ -76,6 +77,15 @@ def register() -> None:
         host_fixes.apply()
     except Exception:  # noqa: BLE001
         logger.exception("dflash_rocm_plugin: SGLang host fixes failed")
+
+
+def _warn_if_kernels_cannot_run() -> None:
+    # Registered anyway: building the backend then stops start-up with this reason (config_check).
+    from dflash_rocm_plugin import ops
+    problem = ops.platform_problem()
+    if problem:
+        logger.warning("dflash_rocm_plugin: '%s' is registered but its kernels cannot run here: %s",
+                       BACKEND_NAME, problem)
 
 
 def create_rocm_dflash_backend(runner):

@@ -66,7 +66,10 @@ class RocmDFlashBackend(AttentionBackend):
     def supports_combination(cls, head_size, dtype, kv_cache_dtype, block_size, use_mla, has_sink,
                              use_sparse, use_mm_prefix, device_capability) -> str | None:
         # Specific reasons next to vLLM's generic ones ("head_size not supported", ...).
-        reasons = [r for r in (support.head_size_reason(head_size), support.dtype_reason(dtype),
+        from dflash_rocm_plugin import ops
+        platform = ops.platform_problem()
+        reasons = [r for r in (platform and f"rocm_dflash: {platform}",
+                               support.head_size_reason(head_size), support.dtype_reason(dtype),
                                support.kv_cache_dtype_reason(kv_cache_dtype, dtype)) if r]
         return "; ".join(reasons) or None
 

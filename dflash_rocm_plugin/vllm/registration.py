@@ -64,8 +64,20 @@ def register() -> None:
         logger.warning("dflash_rocm_plugin: registering rocm_dflash with vLLM failed: %r", exc)
         return
     _registered = True
+    _warn_if_kernels_cannot_run()
     _run_optional("host_fixes", "apply")
     _run_optional("cpu_engine_testing", "maybe_enable")
+
+
+def _warn_if_kernels_cannot_run() -> None:
+    # Registered anyway: selecting the backend then fails at vLLM's validation with this reason.
+    try:
+        from dflash_rocm_plugin import ops
+        problem = ops.platform_problem()
+    except Exception as exc:  # noqa: BLE001
+        problem = repr(exc)
+    if problem:
+        logger.warning("dflash_rocm_plugin: rocm_dflash is registered but its kernels cannot run here: %s", problem)
 
 
 def _run_optional(module: str, func: str) -> None:

@@ -12,8 +12,8 @@ from dflash_rocm_plugin.demo import cli, report
 FAST = ["--batch", "2", "--max-new-tokens", "12", "--no-progress"]
 
 
-def _run_json(capsys, *extra):
-    assert cli.main(["--json", *FAST, *extra]) == 0
+def _run_json(capsys, *extra, status=0):
+    assert cli.main(["--json", *FAST, *extra]) == status
     return json.loads(capsys.readouterr().out)
 
 
@@ -55,8 +55,8 @@ def test_random_draft_is_lossless_but_accepts_less(default_run, capsys):
     assert r["tau"] < default_run["tau"]
 
 
-def test_skipped_verification_is_caught(capsys):
-    r = _run_json(capsys, "--fault", "skip-verify")
+def test_skipped_verification_is_caught_and_exits_1(capsys):
+    r = _run_json(capsys, "--fault", "skip-verify", status=1)
     assert r["lossless"] is False
     assert r["first_mismatch"] is not None
     assert r["tokens_equal"] < r["tokens_total"]
@@ -69,8 +69,51 @@ def test_text_report_and_console_dispatch(capsys):
     assert "lossless:    yes" in out and "tau:" in out and "tokens/s" in out and "kernels:" in out
 
 
-def test_bad_arguments_are_rejected(capsys):
-    assert cli.main(["--target", "/nonexistent"]) == 2
-    assert "--target and --draft go together" in capsys.readouterr().err
-    assert cli.main(["--prompt-ids", "1,x", *FAST]) == 2
-    assert "comma-separated integers" in capsys.readouterr().err
+def test_text_report_of_a_lossy_run_is_printed_before_exit_1(capsys):
+    assert cli.main([*FAST, "--batch", "1", "--max-new-tokens", "6", "--fault", "skip-verify"]) == 1
+    out = capsys.readouterr().out
+    assert "lossless:    no" in out and "FAULT INJECTED: skip-verify" in out
+
+
+@pytest.fixture
+def no_model_may_be_built(monkeypatch):
+    """Bad flags must be answered before any model is built."""
+    from dflash_rocm_plugin.demo import checkpoint, tiny
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a model was built before the arguments were checked")
+    monkeypatch.setattr(tiny, "tiny_target", refuse)
+    monkeypatch.setattr(checkpoint, "load_target", refuse)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--target", "/nonexistent"], "--target and --draft go together"),
+    (["--prompt-ids", "1,x"], "--prompt-ids takes comma-separated integers"),
+    (["--prompt-ids", ""], "--prompt-ids got an empty list"),
+    (["--prompt-ids", "5,999"], "--prompt-ids holds 999, outside the target's vocabulary 0..127"),
+    (["--prompt-ids", "-1"], "--prompt-ids holds -1"),
+    (["--batch", "0"], "--batch must be >= 1, got 0"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
+    (["--page-size", "0"], "--page-size must be >= 1, got 0"),
+    (["--block-size", "1"], "--block-size must be >= 2, got 1"),
+    (["--distill-steps", "0"], "--distill-steps must be >= 1, got 0"),
+    (["--prompt", "hello"], "--prompt needs a tokenizer and the tiny models have none"),
+    (["--prompt", ""], "--prompt needs a tokenizer"),
+    (["--device", "tpu"], "--device 'tpu' is not supported (auto, cpu, cuda, cuda:N"),
+    (["--device", "cpu", "--dtype", "bfloat16"], "--dtype bfloat16 is not supported on the CPU"),
+    (["--target", "/nonexistent", "--draft", "/nonexistent", "--prompt-ids", "1"], "--target /nonexistent: cannot read"),
+])
+def test_bad_arguments_are_rejected_at_once(no_model_may_be_built, capsys, argv, message):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1, err  # one line
+
+
+def test_an_unavailable_gpu_is_answered_at_once(no_model_may_be_built, capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert cli.main(["--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "--device cuda: torch sees no GPU here" in err and err.count("\n") == 1

@@ -1,7 +1,8 @@
 """ci/rocm_validate.sh passes shellcheck, and --dry-run prints the exact commands it would run
-(doctor, native kernel tests, bench, the launch sweep, demo; with model paths, vLLM and SGLang servers with DFlash on
+(doctor, native kernel tests, the GPU suite, bench, the launch sweep, demo; with model paths, vLLM and SGLang servers with DFlash on
 rocm_dflash, on the default backend, and without speculation, benchmarked at concurrency 1 and 32)."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,18 @@ def test_shellcheck_clean():
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_every_ci_script_is_shellcheck_clean():
+    """The scripts CI and users run (ci/*.sh, .ci/run, the environment hooks) have no shell bugs."""
+    ci = SCRIPT.parent
+    scripts = sorted(ci.glob("*.sh")) + [ci.parent / ".ci" / "run"]
+    res = subprocess.run([_shellcheck(), "-x", "-e", "SC1091", *map(str, scripts)], capture_output=True,
+                         text=True, cwd=ci.parent)
+    assert res.returncode == 0, res.stdout + res.stderr
+    hooks = sorted((ci / "envs").glob("*.sh"))
+    res = subprocess.run([_shellcheck(), "-s", "bash", *map(str, hooks)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 def _dry(*args):
     res = subprocess.run(["bash", str(SCRIPT), "--dry-run", *args], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
@@ -33,8 +46,8 @@ def _dry(*args):
 
 def test_dry_run_without_models():
     out = _dry()
-    for cmd in ("+ dflash-rocm doctor", "pytest tests/core", "+ dflash-rocm bench", "+ dflash-rocm demo --json",
-                "benchmarks/sweep.py"):
+    for cmd in ("+ dflash-rocm doctor", "pytest tests/core", "pytest tests/gpu", "+ dflash-rocm bench",
+                "+ dflash-rocm demo --json", "benchmarks/sweep.py"):
         assert cmd in out
     assert "env -u TRITON_INTERPRET" in out  # the kernel tests run natively
     assert "servers: skipped" in out and "vllm serve" not in out
@@ -70,3 +83,24 @@ def test_dry_run_does_not_create_the_report_dir(tmp_path):
 def test_unknown_argument_is_rejected():
     res = subprocess.run(["bash", str(SCRIPT), "--bogus"], capture_output=True, text=True)
     assert res.returncode == 2 and "unknown argument" in res.stderr
+
+
+def test_a_failing_ci_step_is_named_not_silent(tmp_path):
+    """Under ci/lib.sh a command that stops a script is reported with where it ran."""
+    script = tmp_path / "step.sh"
+    script.write_text(f'source "{SCRIPT.parent / "lib.sh"}"\necho before\nfalse\necho never\n')
+    res = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert res.returncode != 0
+    assert "before" in res.stdout and "never" not in res.stdout
+    assert "FAILED (exit 1) at step.sh:3: false" in res.stderr
+
+
+def test_patch_check_on_a_cold_wheel_cache_downloads_and_checks(tmp_path):
+    """A release whose wheel is not cached is downloaded and checked, never skipped silently."""
+    if subprocess.run([sys.executable, "-m", "pip", "download", "--help"], capture_output=True).returncode:
+        pytest.skip("pip is not usable here")
+    env = {**os.environ, "DFLASH_WHEEL_CACHE": str(tmp_path)}
+    res = subprocess.run(["bash", str(SCRIPT.parent / "check_patches.sh"), "sglang/0.5.15.post1"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "ok   sglang 0.5.15.post1" in res.stderr and "1 diffs apply, 0 failed, 0 releases skipped" in res.stderr

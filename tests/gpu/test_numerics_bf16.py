@@ -90,6 +90,8 @@ def test_gqa8_tiles_match_float64(causal, page, fields):
 def _check_forced_launch(fields, causal, page, *, hq, seed):
     """A ragged, page-straddling batch under forced launch fields, against the float64 reference."""
     from dflash_rocm_plugin.ops import launch_config
+    if fields.get("page_ids_asm") and torch.version.hip:
+        pytest.skip("the inline-PTX page-id read exists on NVIDIA only (never chosen on ROCm)")
     q, k, v, table, sl, qsl = _build([1000, 4111, 16, 2049], page, hq=hq, seed=seed)
     out = torch.full_like(q, float("nan"))
     with launch_config.forced(**fields):
