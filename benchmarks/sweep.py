@@ -3,7 +3,7 @@
     python benchmarks/sweep.py --out sweep.json [--deadline-s 300] [--part variants,tiles,splits]
 
 Part 1 times every (BLOCK_N, num_warps, num_stages) on the large-batch target shapes; part 2
-times KV-split counts on the small-batch shapes.  Results feed ops/launch_config.py; the numbers
+times KV-split counts on the small-batch shapes.  Results feed ops.forced_launch / ops.AttentionLaunch; the numbers
 and the reasoning are in benchmarks/NOTES.md.  Each config is checked against a float32 device
 reference before it is timed; a config that fails to compile or launch is recorded, not fatal.
 """
@@ -21,7 +21,6 @@ import torch
 from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.bench import inputs, timing
 from dflash_rocm_plugin.bench.shapes import Shape
-from dflash_rocm_plugin.ops import launch_config
 
 
 def measure(case, **forced):
@@ -33,7 +32,7 @@ def measure(case, **forced):
                                            case.seq_lens, case.query_start_loc, causal=s.causal,
                                            out=outs[i], max_query_len=s.q_len)
     calls = [call(i) for i in range(case.copies)]
-    with launch_config.forced(**forced):
+    with ops.forced_launch(**forced):
         try:
             calls[0]()
             torch.cuda.synchronize()
@@ -83,7 +82,6 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.time()
     dev = torch.device("cuda")
-    ops.reserve_workspace(dev, 64 * 16, 32, 128)
     ceiling = timing.copy_ceiling_tbs(dev)
     result = {"gpu": torch.cuda.get_device_name(), "copy_ceiling_tbs": ceiling, "tiles": [], "splits": []}
     print(f"copy ceiling {ceiling:.2f} TB/s", flush=True)

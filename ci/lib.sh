@@ -3,8 +3,9 @@
 #
 # Each test environment is a venv under $DFLASH_CI_CACHE, named after its spec
 # and a hash of the spec's files, so a changed pin builds a fresh venv and an
-# unchanged one is reused.  Specs live in ci/envs/: NAME.txt (pip requirements)
-# and optionally NAME.post.sh (run inside the venv after the install).
+# unchanged one is reused.  Specs live in ci/envs/: NAME.txt (pip requirements),
+# optionally NAME.post.sh (run inside the venv after the install) and NAME.local
+# (test distributions of this checkout, installed editable on every run).
 
 set -Eeuo pipefail
 # No step may end a run silently: whatever command set -e stops on is named, with where it ran.
@@ -70,5 +71,15 @@ env_dir() {
     rm -rf "$REPO_ROOT"/*.egg-info
     quiet_pip "$dir" install --no-deps --no-build-isolation -e "$REPO_ROOT" \
         || fail "environment '$name': installing the plugin (pip install -e)" || return 1
+    # Test-only distributions of this checkout that one environment needs (ci/envs/NAME.local:
+    # repo-relative paths, one per line), likewise reinstalled on every run.
+    if [[ -f "$REPO_ROOT/ci/envs/$name.local" ]]; then
+        local extra
+        while read -r extra; do
+            [[ -z "$extra" || "$extra" == \#* ]] && continue
+            quiet_pip "$dir" install --no-deps --no-build-isolation -e "$REPO_ROOT/$extra" \
+                || fail "environment '$name': installing $extra (pip install -e)" || return 1
+        done < "$REPO_ROOT/ci/envs/$name.local"
+    fi
     echo "$dir"
 }

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 SUBCOMMANDS = {
@@ -12,15 +11,6 @@ SUBCOMMANDS = {
     "bench": ("dflash_rocm_plugin.bench.cli", "Kernel benchmark on DFlash draft/verify shapes"),
     "doctor": ("dflash_rocm_plugin.doctor", "What the plugin sees on this machine, and whether hosts can use it"),
 }
-
-
-def _prepare_triton() -> None:
-    # Without a GPU the kernels can only run interpreted; Triton reads this
-    # variable when the kernels are first imported, which has not happened yet.
-    if "TRITON_INTERPRET" not in os.environ:
-        import torch
-        if not torch.cuda.is_available():
-            os.environ["TRITON_INTERPRET"] = "1"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +22,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     args, rest = parser.parse_known_args(argv[:1])[0], argv[1:]
-    _prepare_triton()
+    # Without a GPU the kernels can only run interpreted; Triton reads TRITON_INTERPRET when it
+    # is first imported, which has not happened yet.
+    from dflash_rocm_plugin import ops
+    ops.use_interpreter_without_gpu()
     module = importlib.import_module(SUBCOMMANDS[args.command][0])
     return int(module.main(rest) or 0)
 

@@ -3,8 +3,8 @@
 Reports the platform (ROCm / CUDA / CPU and the GPU architecture), the versions of torch,
 triton, vllm, sglang and AITER (from package metadata: nothing heavy is imported for
 that), whether each installed host lists the plugin's entry point and knows ``rocm_dflash``
-after running its own plugin loading, the outcome of every host fix in
-``dflash_rocm_plugin.host_fix_catalogue``, and the kernel path the ops layer will take.
+after running its own plugin loading, the outcome of every host fix each adapter declares
+(``<adapter>.host_fixes.FIXES``), and which kernel backend the ops layer will use for each op.
 
 Exit status: 1 when the kernels cannot run (no importable ``triton``, or one too old) or when a
 host in the plugin's supported range is installed but ``rocm_dflash`` is not registered after its
@@ -22,7 +22,7 @@ import re
 import sys
 from importlib import metadata
 
-from dflash_rocm_plugin import BACKEND_NAME, __version__, host_fix_catalogue
+from dflash_rocm_plugin import BACKEND_NAME, __version__, hostfix
 
 DIST = "dflash-rocm-plugin"
 PACKAGES = (("torch", ("torch",)), ("triton", ("triton", "pytorch-triton-rocm")),
@@ -68,6 +68,8 @@ def platform_info() -> dict:
     info = {"platform": "CPU", "gpu_arch": None, "device_name": None, "hip": None, "cuda": None}
     try:
         import torch
+
+        from dflash_rocm_plugin import ops
     except ImportError:
         info["platform"] = "unknown (torch not installed)"
         return info
@@ -78,27 +80,19 @@ def platform_info() -> dict:
     except Exception:  # noqa: BLE001
         available = False
     if available:
-        info["platform"] = "ROCm" if info["hip"] else "CUDA"
-        props = torch.cuda.get_device_properties(0)
-        info["device_name"] = props.name
-        info["gpu_arch"] = (getattr(props, "gcnArchName", "gfx").split(":")[0] if info["hip"]
-                            else f"sm_{props.major}{props.minor}")
+        info["platform"] = "ROCm" if ops.on_rocm() else "CUDA"
+        info["device_name"] = torch.cuda.get_device_properties(0).name
+        info["gpu_arch"] = ops.gpu_arch(0)
     return info
 
 
-def kernel_path():
-    """``ops.impl_select.describe()`` when the ops layer has it (a dict or a string), else "triton"."""
+def kernel_path() -> dict | str:
+    """Which backend serves each op, and why (``ops.kernel_paths()``)."""
     try:
-        from dflash_rocm_plugin.ops import impl_select
-    except ImportError:
-        return "triton"
-    describe = getattr(impl_select, "describe", None)
-    if describe is None:
-        return "triton"
-    try:
-        return describe()
-    except Exception as exc:  # noqa: BLE001
-        return f"triton (impl_select.describe() failed: {exc!r})"
+        from dflash_rocm_plugin import ops
+        return ops.kernel_paths()
+    except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
+        return f"unknown (ops.kernel_paths() failed: {exc!r})"
 
 
 def triton_report() -> dict:
@@ -119,35 +113,10 @@ def entry_point_visible(host: str) -> bool:
     return any(ep.value.startswith("dflash_rocm_plugin") for ep in eps)
 
 
-def _sglang_registered() -> tuple[bool, str]:
-    from sglang.srt.plugins import load_plugins
-    load_plugins()
-    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
-    if BACKEND_NAME not in ATTENTION_BACKENDS:
-        return False, f"'{BACKEND_NAME}' is not in sglang's ATTENTION_BACKENDS after load_plugins()"
-    try:
-        from sglang.srt.arg_groups import choices
-    except ImportError:
-        from sglang.srt import server_args as choices
-    if BACKEND_NAME not in getattr(choices, "ATTENTION_BACKEND_CHOICES", []):
-        return False, f"'{BACKEND_NAME}' is registered but not in --attention-backend choices"
-    return True, f"'{BACKEND_NAME}' in ATTENTION_BACKENDS and --attention-backend choices"
-
-
-def _vllm_registered() -> tuple[bool, str]:
-    from vllm.plugins import load_general_plugins
-    load_general_plugins()
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum
-    member = AttentionBackendEnum._member_map_.get(BACKEND_NAME.upper())
-    if member is None:
-        return False, f"{BACKEND_NAME.upper()} is not an AttentionBackendEnum name after plugin loading"
-    path = member.get_path() if hasattr(member, "get_path") else member.value
-    if not str(path or "").startswith("dflash_rocm_plugin"):
-        return False, f"{BACKEND_NAME.upper()} resolves to {path!r}, not the plugin"
-    return True, f"--attention-backend {BACKEND_NAME} -> {member.name} -> {path}"
-
-
-_REGISTRATION_CHECKS = {"sglang": _sglang_registered, "vllm": _vllm_registered}
+def _registration_check(host: str):
+    """The adapter's own check that its host knows ``rocm_dflash`` after the host's plugin loading."""
+    from importlib import import_module
+    return import_module(f"dflash_rocm_plugin.{host}").check_registered
 
 
 def host_report(host: str, version: str | None, supported: str | None) -> dict:
@@ -161,17 +130,23 @@ def host_report(host: str, version: str | None, supported: str | None) -> dict:
     try:
         # Host imports log and print freely; keep the report readable (and --json parseable).
         with contextlib.redirect_stdout(captured):
-            report["registered"], report["detail"] = _REGISTRATION_CHECKS[host]()
+            report["registered"], report["detail"] = _registration_check(host)()
     except Exception as exc:  # noqa: BLE001
         report["registered"], report["detail"] = False, f"plugin loading failed: {exc!r}"
-    seen = {s.id: s for s in host_fix_catalogue.statuses(host)}
-    for fix in host_fix_catalogue.fixes_for(host):
+    seen = {s.id: s for s in hostfix.statuses(host)}
+    for fix in declared_fixes(host):
         status = seen.get(fix.id)
         if status is None:  # the adapter did not run the fixes here: say what they would do
             with contextlib.redirect_stdout(captured):
-                status = host_fix_catalogue.evaluate(fix, apply=False)
+                status = hostfix.evaluate(fix, apply=False)
         report["fixes"].append(status.as_dict())
     return report
+
+
+def declared_fixes(host: str) -> tuple:
+    """The fixes the host's adapter declares (importing the adapter imports no host)."""
+    from importlib import import_module
+    return import_module(f"dflash_rocm_plugin.{host}.host_fixes").FIXES
 
 
 def collect(hosts=("vllm", "sglang")) -> dict:

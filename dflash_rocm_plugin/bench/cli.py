@@ -95,7 +95,6 @@ def run(args, device) -> int:
 
     from dflash_rocm_plugin import ops
     from dflash_rocm_plugin.bench import inputs, peers as peers_mod, report, timing
-    from dflash_rocm_plugin.ops import launch_config
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     for m in models:
@@ -125,8 +124,6 @@ def run(args, device) -> int:
         meta["peers"] = {n: {"what": d, "source": peers_mod.version_of(args.peers, n),
                              "loaded": not isinstance(p, str), **({"error": p} if isinstance(p, str) else {})}
                          for n, (d, p) in loaded.items()}
-    ops.reserve_workspace(device, max(b for b, _ in pairs) * 16, max(h[0] for h in layouts),
-                          max(h[2] for h in layouts))
 
     rows: list[dict] = []
     jobs = len(grid) * (1 + len(loaded))
@@ -141,19 +138,23 @@ def run(args, device) -> int:
         ref = inputs.reference(case, 0)
         _progress(done, jobs, f"{shape.label} plugin", show_progress)
         outs = [torch.full_like(case.q, float("nan")) for _ in case.block_tables]
+        plan = ops.describe_launch(
+            num_tokens=case.q.shape[0], num_seqs=shape.batch, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
+            page_size=shape.page, kv_capacity=case.block_tables[0].shape[1] * shape.page, causal=shape.causal,
+            dtype=case.q.dtype, max_query_len=shape.q_len, device=device)
+        # Owned by the caller, as a host owns it: graph capture below never allocates.
+        ws = torch.empty(plan.workspace_floats, dtype=torch.float32, device=device) if plan.workspace_floats else None
 
         def plugin_call(i):
             return lambda: ops.paged_attention(
                 case.q, case.k_cache, case.v_cache, case.block_tables[i], case.seq_lens,
-                case.query_start_loc, causal=shape.causal, out=outs[i], max_query_len=shape.q_len)
+                case.query_start_loc, causal=shape.causal, out=outs[i], max_query_len=shape.q_len,
+                workspace=ws)
         calls = [plugin_call(i) for i in range(case.copies)]
         calls[0]()
         row = dict(base, impl="plugin", copies=case.copies, rel_err=inputs.rel_error(outs[0], ref))
-        cfg = launch_config.choose(
-            num_tokens=case.q.shape[0], num_seqs=shape.batch, num_kv_heads=hkv, group=hq // hkv,
-            head_dim=d, kv_capacity=case.block_tables[0].shape[1] * shape.page,
-            max_query_len=shape.q_len, num_splits=None, device_index=device.index, page_size=shape.page)
-        row["launch"] = {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
+        row["launch"] = ({"backend": plan.backend, **{k: getattr(plan.launch, k) for k in plan.launch.__dataclass_fields__}}
+                         if plan.launch is not None else {"backend": plan.backend, "reason": plan.reason})
         if row["rel_err"] > TOLERANCE:
             row["status"] = "WRONG (not timed)"
         else:
@@ -194,7 +195,7 @@ def run(args, device) -> int:
                 prow["status"] = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
             rows.append(prow)
             del pcalls, pout
-        del case, ref, outs, calls
+        del case, ref, outs, calls, ws
         gc.collect()
         torch.cuda.empty_cache()
     _progress(jobs, jobs, "done", show_progress)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -63,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
-    if device.type == "cpu":
-        # Triton runs interpreted on the CPU; the tiny shapes gain nothing from threads, and
-        # oversubscribed threads on a busy machine cost 10x.
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from dflash_rocm_plugin import ops
+    if ops.use_interpreter_without_gpu(device):
+        # The tiny shapes gain nothing from threads, and oversubscribed threads on a busy
+        # machine cost 10x.
         torch.set_num_threads(1)
     torch.manual_seed(args.seed)
 

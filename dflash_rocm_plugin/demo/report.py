@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from dflash_rocm_plugin.ops import _runtime
+from dflash_rocm_plugin import ops
 
 SCHEMA_KEYS = ("lossless", "tokens_equal", "tokens_total", "first_mismatch", "tau", "block_size", "batch",
                "max_new_tokens", "dflash", "target_only", "speedup", "device", "dtype", "kernel_path",
@@ -35,8 +35,12 @@ class ProgressBar:
 def kernel_path(device: torch.device) -> str:
     if device.type == "cpu":
         return "triton interpreter on CPU (TRITON_INTERPRET=1; correctness only, not speed)"
-    backend = "ROCm/HIP" if _runtime.is_rocm() else "CUDA"
-    return f"triton native, {backend} {_runtime.gpu_arch(device.index)}"
+    paths = ops.kernel_paths(device)
+    where = f"{'ROCm/HIP' if paths['platform']['rocm'] else 'CUDA'} {paths['platform']['arch']}"
+    attention = paths["attention"]
+    if attention["impl"] == "triton":
+        return f"triton native, {where}"
+    return f"attention {attention['impl']} ({attention['reason']}), {where}"
 
 
 def device_name(device: torch.device) -> str:

@@ -1,16 +1,49 @@
-"""The framework-free API both hosts call.
+"""The framework-free contract both hosts call, and the only face of this floor.
+
+Calls (arguments checked before any launch; ``ValueError`` naming the argument)::
 
     paged_attention(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, *, causal, ...)
     write_kv_cache(key, value, k_cache, v_cache, slot_mapping)
     greedy_sample(logits, out=None)
 
-Arguments are checked before any launch (``ValueError`` naming the argument);
-kernels are imported on first use so ``TRITON_INTERPRET`` may be set late.
+What is supported, and why not: ``supports(AttentionSpec(...))`` answers None or the reason;
+``require`` raises ``Unsupported`` with it; ``platform_problem()`` says why no kernel can run here.
+What a call would run: ``describe_launch(...)``; which backend serves each op: ``kernel_paths()``.
+Workspace: ``workspace_floats(...)`` sizes the caller-owned split-KV scratch.
+
+Kernels are imported on first use, so ``TRITON_INTERPRET`` may be set late.
 """
 
+from dflash_rocm_plugin.ops._runtime import gpu_arch, interpreting, is_rocm as on_rocm
 from dflash_rocm_plugin.ops._runtime import triton_problem as platform_problem
-from dflash_rocm_plugin.ops.attention import paged_attention, reserve_workspace
+from dflash_rocm_plugin.ops._runtime import use_interpreter_without_gpu
+from dflash_rocm_plugin.ops.attention import paged_attention
+from dflash_rocm_plugin.ops.backends import AiterUnavailable
+from dflash_rocm_plugin.ops.backends import status as kernel_paths
 from dflash_rocm_plugin.ops.kv_cache import write_kv_cache
+from dflash_rocm_plugin.ops.plan import (
+    AttentionLaunch,
+    LaunchDescription,
+    describe_launch,
+    forced_launch,
+    workspace_floats,
+)
 from dflash_rocm_plugin.ops.sampling import greedy_sample
+from dflash_rocm_plugin.ops.support import (
+    DTYPES,
+    HEAD_DIMS,
+    KV_CACHE_DTYPES,
+    AttentionSpec,
+    Unsupported,
+    features_problem,
+    require,
+    supports,
+)
 
-__all__ = ["paged_attention", "write_kv_cache", "greedy_sample", "reserve_workspace", "platform_problem"]
+__all__ = [
+    "paged_attention", "write_kv_cache", "greedy_sample",
+    "AttentionSpec", "supports", "require", "features_problem", "Unsupported", "HEAD_DIMS", "DTYPES", "KV_CACHE_DTYPES",
+    "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",
+    "describe_launch", "LaunchDescription", "AttentionLaunch", "forced_launch", "workspace_floats",
+    "kernel_paths", "AiterUnavailable",
+]

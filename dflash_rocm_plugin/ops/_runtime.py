@@ -39,7 +39,19 @@ def triton_problem() -> str | None:
 
 
 def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return os.environ.get("TRITON_INTERPRET", "0").strip() not in ("", "0")
+
+
+def use_interpreter_without_gpu(device=None) -> bool:
+    """Run Triton interpreted when the kernels will see CPU tensors -- ``device`` is the CPU, or it is
+    None and torch sees no GPU -- unless the user set ``TRITON_INTERPRET``; True when interpreting.
+
+    Triton reads the variable when it is first imported, so this must run before that.
+    """
+    on_cpu = torch.device(device).type == "cpu" if device is not None else not torch.cuda.is_available()
+    if on_cpu and "TRITON_INTERPRET" not in os.environ:
+        os.environ["TRITON_INTERPRET"] = "1"
+    return interpreting()
 
 
 def is_rocm() -> bool:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-ATTENTION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+from dflash_rocm_plugin.ops import support
+
+ATTENTION_DTYPES = support.DTYPES
 INDEX_DTYPES = (torch.int32,)
-MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
-MAX_GQA_GROUP = 64
 
 
 def _names(dtypes) -> str:
@@ -26,20 +26,16 @@ def tensor(name: str, t, *, ndim: int | None = None, dtypes=None, device=None) -
 
 
 def head_dim(name: str, d: int) -> None:
-    if not (MIN_HEAD_DIM <= d <= MAX_HEAD_DIM and d % 8 == 0):
-        raise ValueError(
-            f"{name} is {d}; supported head dims are multiples of 8 from {MIN_HEAD_DIM} to "
-            f"{MAX_HEAD_DIM} (e.g. 64, 80, 96, 128, 192, 256)")
+    problem = support.head_dim_problem(d)
+    if problem:
+        raise ValueError(f"{name}: {problem}")
 
 
-def heads(num_q_heads: int, num_kv_heads: int) -> int:
-    if num_kv_heads < 1 or num_q_heads % num_kv_heads:
-        raise ValueError(
-            f"num_q_heads ({num_q_heads}) must be a multiple of the cache's num_kv_heads ({num_kv_heads})")
-    group = num_q_heads // num_kv_heads
-    if group > MAX_GQA_GROUP:
-        raise ValueError(f"GQA group {group} is above the supported maximum {MAX_GQA_GROUP}")
-    return group
+def heads(name: str, num_q_heads: int, num_kv_heads: int) -> int:
+    problem = support.heads_problem(num_q_heads, num_kv_heads)
+    if problem:
+        raise ValueError(f"{name}: {problem}")
+    return num_q_heads // num_kv_heads
 
 
 def positive_float(name: str, v) -> float:

@@ -1,10 +1,9 @@
-"""Split-KV scratch space: allocated before graph capture, reused after.
+"""Split-KV scratch space: fp32 partial outputs and log-sum-exps of each split.
 
-The split path needs fp32 partial outputs and log-sum-exps.  Hosts reserve the
-largest size they will launch with (``reserve``) during start-up; later calls
-only take views.  Growing inside a CUDA/HIP graph capture would bake a
-temporary allocation into the graph, so it is refused with an error that says
-what to reserve.
+Hosts own theirs: they size one buffer with ``ops.workspace_floats`` at start-up and pass it to
+every call, so captured CUDA/HIP graphs never allocate.  Callers that pass none (demos,
+benchmarks, tests) get a per-device buffer grown on demand; growing inside a graph capture would
+bake a temporary allocation into the graph, so it is refused with an error that says what to pass.
 """
 
 from __future__ import annotations
@@ -28,20 +27,15 @@ def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def reserve(device, num_tokens: int, num_q_heads: int, head_dim: int, num_splits: int = 32) -> None:
-    """Make sure split-KV launches up to this size never allocate."""
-    _get(torch.device(device), elements(num_splits, num_tokens, num_q_heads, head_dim))
-
-
 def _get(device: torch.device, numel: int) -> torch.Tensor:
     with _lock:
         buf = _buffers.get(device)
         if buf is None or buf.numel() < numel:
             if _capturing(device):
                 raise RuntimeError(
-                    f"split-KV workspace of {numel} floats is needed inside a graph capture but only "
-                    f"{0 if buf is None else buf.numel()} are reserved; call "
-                    "dflash_rocm_plugin.ops.reserve_workspace(...) with the largest batch before capture")
+                    f"split-KV workspace of {numel} floats is needed inside a graph capture but none was "
+                    "passed: allocate ops.workspace_floats(...) float32 elements once, before capture, and "
+                    "pass them as paged_attention(..., workspace=)")
             if buf is not None:
                 _retired.append(buf)
                 numel = max(numel, 2 * buf.numel())  # grow geometrically: few retired buffers
@@ -56,10 +50,11 @@ def partials(device: torch.device, num_splits: int, num_tokens: int, num_q_heads
     n_out = num_splits * num_tokens * num_q_heads * head_dim
     n_lse = num_splits * num_tokens * num_q_heads
     if given is not None:
-        if given.dtype != torch.float32 or given.device != device or not given.is_contiguous():
-            raise ValueError("workspace must be a contiguous float32 tensor on q's device")
         if given.numel() < n_out + n_lse:
-            raise ValueError(f"workspace holds {given.numel()} floats; this launch needs {n_out + n_lse}")
+            raise ValueError(
+                f"workspace holds {given.numel()} floats; this launch ({num_splits} KV splits x {num_tokens} "
+                f"tokens) needs {n_out + n_lse}: size it with ops.workspace_floats(...) for the largest "
+                "number of sequences the caller runs")
         buf = given
     else:
         buf = _get(device, n_out + n_lse)

@@ -21,7 +21,6 @@ from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.sglang import compat
 from dflash_rocm_plugin.sglang import metadata as md
 from dflash_rocm_plugin.sglang.config_check import check_runner
-from dflash_rocm_plugin.sglang.workspace_sizing import workspace_floats, worst_split_launch
 
 
 def sglang_window_to_ops(sliding_window_size) -> int | None:
@@ -34,12 +33,13 @@ def sglang_window_to_ops(sliding_window_size) -> int | None:
 
 def layer_is_causal(layer) -> bool:
     if layer.is_cross_attention:
-        raise NotImplementedError("rocm_dflash: cross-attention layers are not supported")
+        _refuse(layer, ["cross_attention"])
     if layer.attn_type == AttentionType.ENCODER_ONLY:
         return False
     if layer.attn_type == AttentionType.DECODER:
         return True
-    raise NotImplementedError(f"rocm_dflash: attention type {layer.attn_type.name} is not supported")
+    feature = "bidirectional_decoder" if layer.attn_type.name == "DECODER_BIDIRECTIONAL" else "encoder"
+    _refuse(layer, [feature], f"attention type {layer.attn_type.name}: ")
 
 
 def paged_view(buffer: torch.Tensor, page_size: int) -> torch.Tensor:
@@ -70,17 +70,15 @@ class RocmDflashAttnBackend(AttentionBackend):
         self.pages_per_row = md.pages_per_row(self.req_to_token, self.page_size)
         self.forward_metadata = None
         self._graph: md.GraphBuffers | None = None
-        splits, tokens = self._worst_split_launch(model_runner.req_to_token_pool.size)
-        if splits:
-            ops.reserve_workspace(self.device, tokens, self.num_q_heads, self.head_dim, max_splits=splits)
+        # One split-KV scratch for every batch, eager or captured: sized for any query lengths
+        # of up to as many requests as the request pool holds.
+        floats = ops.workspace_floats(
+            num_q_heads=self.num_q_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+            max_num_seqs=model_runner.req_to_token_pool.size,
+            max_kv_len=self.pages_per_row * self.page_size, device=self.device)
+        self.workspace = torch.empty(floats, dtype=torch.float32, device=self.device) if floats else None
 
     # ---- metadata ---------------------------------------------------------------------
-
-    def _worst_split_launch(self, max_bs: int) -> tuple[int, int]:
-        return worst_split_launch(
-            max_bs=max_bs, rows_per_request=tuple(sorted({1, self.verify_tokens, self.draft_extend_tokens})),
-            num_q_heads=self.num_q_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
-            kv_capacity=self.pages_per_row * self.page_size, device_index=self.device.index)
 
     def _kv_ids(self):
         return self.kv_index_translator if self.kv_index_translator is not None else self.req_to_token
@@ -99,12 +97,11 @@ class RocmDflashAttnBackend(AttentionBackend):
         md.fill_block_table(self._kv_ids(), forward_batch, bs, self.page_size, block_table)
         qsl = torch.empty((bs + 1,), dtype=torch.int32, device=self.device)
         md.fill_query_start_loc(rows, bs, qsl)
-        self.forward_metadata = md.PagedMetadata(block_table, kv_lens.to(torch.int32), qsl, max_q)
+        self.forward_metadata = md.PagedMetadata(block_table, kv_lens.to(torch.int32), qsl, max_q,
+                                                 self.workspace)
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int, **_unused):
-        splits, tokens = self._worst_split_launch(max_bs)
-        floats = workspace_floats(splits, tokens, self.num_q_heads, self.head_dim)
-        self._graph = md.GraphBuffers.allocate(max_bs, self.pages_per_row, self.device, floats)
+        self._graph = md.GraphBuffers.allocate(max_bs, self.pages_per_row, self.device)
 
     def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
         """Capture and replay: refill the address-stable buffers the graph reads."""
@@ -120,7 +117,7 @@ class RocmDflashAttnBackend(AttentionBackend):
         g.seq_lens[:bs].copy_(kv_lens)
         md.fill_query_start_loc(rows, bs, g.query_start_loc)
         self.forward_metadata = md.PagedMetadata(
-            g.block_table, g.seq_lens[:bs], g.query_start_loc[: bs + 1], max_q, g.workspace)
+            g.block_table, g.seq_lens[:bs], g.query_start_loc[: bs + 1], max_q, self.workspace)
 
     def init_forward_metadata_in_graph(self, forward_batch):
         pass  # everything is prepared out of graph
@@ -171,7 +168,7 @@ class RocmDflashAttnBackend(AttentionBackend):
             sliding_window=sglang_window_to_ops(layer.sliding_window_size),
             softcap=layer.logit_cap if layer.logit_cap and layer.logit_cap > 0 else None,
             out=out.view(-1, num_heads, head_dim), max_query_len=meta.max_query_len,
-            workspace_buffer=meta.workspace,
+            workspace=meta.workspace,
         )
         return out
 
@@ -179,7 +176,7 @@ class RocmDflashAttnBackend(AttentionBackend):
 def _legacy_batch(bs, req_pool_indices, seq_lens, encoder_lens, forward_mode, spec_info):
     """The ForwardBatch fields the out-of-graph metadata path reads."""
     if encoder_lens is not None:
-        raise NotImplementedError("rocm_dflash: encoder-decoder (cross-attention) graphs are not supported")
+        raise ops.Unsupported(f"rocm_dflash: {ops.features_problem(['cross_attention'])} (graphs with encoder_lens)")
     return SimpleNamespace(batch_size=bs, req_pool_indices=req_pool_indices, seq_lens=seq_lens,
                            forward_mode=forward_mode, spec_info=spec_info, extend_prefix_lens=None)
 
@@ -198,15 +195,24 @@ def write_loc(fb):
     return _KV_WRITE_LOC(fb.out_cache_loc)
 
 
+def _refuse(layer, features, context: str = "") -> None:
+    """Raise ``ops.Unsupported`` with ops' reason for this layer and the features it asks for."""
+    why = ops.supports(ops.AttentionSpec(head_dim=layer.qk_head_dim, v_head_dim=layer.v_head_dim, dtype=None,
+                                         features=frozenset(features)))
+    if why is not None:
+        raise ops.Unsupported(f"rocm_dflash: {context}{why}")
+
+
 def _reject_unsupported(layer, fb, kwargs) -> None:
-    extra = [name for name in ("sinks", "score_mod", "aux_tensors") if kwargs.get(name) is not None]
-    if extra:
-        raise NotImplementedError(f"rocm_dflash: attention with {', '.join(extra)} is not supported")
-    if layer.qk_head_dim != layer.v_head_dim:
-        raise NotImplementedError("rocm_dflash: layers with v_head_dim != head_dim are not supported")
-    if layer.logit_cap and layer.logit_cap > 0 and layer.logit_capping_method != "tanh":
-        raise NotImplementedError(f"rocm_dflash: logit capping '{layer.logit_capping_method}' is not supported")
-    if layer.k_scale_float not in (None, 1.0) or layer.v_scale_float not in (None, 1.0):
-        raise NotImplementedError("rocm_dflash: scaled (quantized) K/V is not supported")
+    # Plain booleans first: this runs for every layer of every eager step.
+    asked = [name for name in ("sinks", "score_mod") if kwargs.get(name) is not None]
+    if kwargs.get("aux_tensors") is not None:
+        asked.append("score_mod")
     if getattr(fb, "mha_return_lse", False):
-        raise NotImplementedError("rocm_dflash: returning the softmax LSE is not supported")
+        asked.append("return_lse")
+    if layer.logit_cap and layer.logit_cap > 0 and layer.logit_capping_method != "tanh":
+        asked.append("non_tanh_softcap")
+    if asked or layer.qk_head_dim != layer.v_head_dim:
+        _refuse(layer, asked)
+    if layer.k_scale_float not in (None, 1.0) or layer.v_scale_float not in (None, 1.0):
+        raise ops.Unsupported("rocm_dflash: scaled (quantized) K/V is not supported")

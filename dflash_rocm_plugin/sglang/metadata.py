@@ -27,7 +27,7 @@ class PagedMetadata:
     seq_lens: torch.Tensor         # int32 [num_seqs]
     query_start_loc: torch.Tensor  # int32 [num_seqs + 1]
     max_query_len: int | None      # host-known bound on rows per request, or None
-    workspace: torch.Tensor | None = None  # split-KV scratch reserved for graphs
+    workspace: torch.Tensor | None = None  # the backend's split-KV scratch (one for all batches)
 
 
 @dataclasses.dataclass
@@ -37,16 +37,13 @@ class GraphBuffers:
     block_table: torch.Tensor
     seq_lens: torch.Tensor
     query_start_loc: torch.Tensor
-    workspace: torch.Tensor | None
 
     @classmethod
-    def allocate(cls, max_bs: int, pages_per_row: int, device, workspace_floats: int) -> "GraphBuffers":
+    def allocate(cls, max_bs: int, pages_per_row: int, device) -> "GraphBuffers":
         return cls(
             block_table=torch.zeros((max_bs, pages_per_row), dtype=torch.int32, device=device),
             seq_lens=torch.ones((max_bs,), dtype=torch.int32, device=device),
             query_start_loc=torch.zeros((max_bs + 1,), dtype=torch.int32, device=device),
-            workspace=(torch.empty(workspace_floats, dtype=torch.float32, device=device)
-                       if workspace_floats else None),
         )
 
 

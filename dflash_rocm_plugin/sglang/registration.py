@@ -137,3 +137,15 @@ def allow_verify_without_custom_mask() -> None:
     names = dflash_utils._DFLASH_VERIFY_SKIP_CUSTOM_MASK_BACKENDS
     if BACKEND_CLASS_NAME not in names:
         dflash_utils._DFLASH_VERIFY_SKIP_CUSTOM_MASK_BACKENDS = frozenset(names | {BACKEND_CLASS_NAME})
+
+
+def check_registered() -> tuple[bool, str]:
+    """(registered, detail) after SGLang's own plugin loading, for ``dflash-rocm doctor``."""
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+    if BACKEND_NAME not in ATTENTION_BACKENDS:
+        return False, f"'{BACKEND_NAME}' is not in sglang's ATTENTION_BACKENDS after load_plugins()"
+    if BACKEND_NAME not in getattr(_choices_module(), "ATTENTION_BACKEND_CHOICES", []):
+        return False, f"'{BACKEND_NAME}' is registered but not in --attention-backend choices"
+    return True, f"'{BACKEND_NAME}' in ATTENTION_BACKENDS and --attention-backend choices"

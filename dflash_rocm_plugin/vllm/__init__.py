@@ -4,6 +4,7 @@ Nothing here imports vLLM at import time; the backend classes live in ``backend.
 are only imported by vLLM through the registered class path.
 """
 
-from dflash_rocm_plugin.vllm.registration import BACKEND_ENUM_NAME, BACKEND_PATH, SUPPORTED_VERSIONS, register
+from dflash_rocm_plugin.vllm.names import BACKEND_ENUM_NAME, BACKEND_PATH
+from dflash_rocm_plugin.vllm.registration import SUPPORTED_VERSIONS, check_registered, register
 
-__all__ = ["register", "BACKEND_ENUM_NAME", "BACKEND_PATH", "SUPPORTED_VERSIONS"]
+__all__ = ["register", "check_registered", "BACKEND_ENUM_NAME", "BACKEND_PATH", "SUPPORTED_VERSIONS"]

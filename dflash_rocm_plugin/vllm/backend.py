@@ -12,12 +12,13 @@ import torch
 from vllm.v1.attention.backend import AttentionBackend, AttentionType, MultipleOf
 from vllm.v1.kv_cache_interface import KVCacheLayout
 
+from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.vllm import support
-from dflash_rocm_plugin.vllm.registration import BACKEND_ENUM_NAME
+from dflash_rocm_plugin.vllm.names import BACKEND_ENUM_NAME
 
 
 class RocmDFlashBackend(AttentionBackend):
-    supported_dtypes: ClassVar[list[torch.dtype]] = list(support.DTYPES)
+    supported_dtypes: ClassVar[list[torch.dtype]] = list(ops.DTYPES)
     supported_kv_cache_dtypes: ClassVar[list[str]] = list(support.KV_CACHE_DTYPES)
     # vLLM writes K/V through do_kv_cache_update before forward (the DFlash draft calls it directly).
     forward_includes_kv_cache_update: bool = False
@@ -43,7 +44,7 @@ class RocmDFlashBackend(AttentionBackend):
 
     @classmethod
     def get_supported_head_sizes(cls) -> list[int]:
-        return list(support.HEAD_SIZES)
+        return list(ops.HEAD_DIMS)
 
     @classmethod
     def supports_non_causal(cls) -> bool:
@@ -60,18 +61,15 @@ class RocmDFlashBackend(AttentionBackend):
 
     @classmethod
     def supports_kv_cache_dtype(cls, kv_cache_dtype) -> bool:
-        return support.kv_cache_dtype_reason(kv_cache_dtype) is None
+        return kv_cache_dtype in support.KV_CACHE_DTYPES or kv_cache_dtype is None
 
     @classmethod
     def supports_combination(cls, head_size, dtype, kv_cache_dtype, block_size, use_mla, has_sink,
                              use_sparse, use_mm_prefix, device_capability) -> str | None:
         # Specific reasons next to vLLM's generic ones ("head_size not supported", ...).
-        from dflash_rocm_plugin import ops
-        platform = ops.platform_problem()
-        reasons = [r for r in (platform and f"rocm_dflash: {platform}",
-                               support.head_size_reason(head_size), support.dtype_reason(dtype),
-                               support.kv_cache_dtype_reason(kv_cache_dtype, dtype)) if r]
-        return "; ".join(reasons) or None
+        asked = {"mla": use_mla, "sinks": has_sink, "sparse": use_sparse, "mm_prefix": use_mm_prefix}
+        return support.reason(head_size=head_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
+                              features=[name for name, on in asked.items() if on])
 
     @classmethod
     def supported_kv_cache_layouts(cls) -> tuple[KVCacheLayout, ...]:

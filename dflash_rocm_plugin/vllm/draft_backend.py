@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 import logging
 
+from dflash_rocm_plugin.vllm.names import is_plugin_backend
+
 logger = logging.getLogger("dflash_rocm_plugin.vllm")
 
 _MARK = "_dflash_rocm_inherits_backend"
@@ -50,8 +52,6 @@ def target_backend(engine_args):
 
 
 def inherit_target_backend(engine_args, speculative_config) -> None:
-    from dflash_rocm_plugin.vllm.registration import is_plugin_backend
-
     if speculative_config is None or speculative_config.attention_backend is not None:
         return
     if getattr(speculative_config, "method", None) != "dflash":

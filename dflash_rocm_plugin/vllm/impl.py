@@ -29,18 +29,14 @@ class RocmDFlashImpl(AttentionImpl[RocmDFlashMetadata]):
                  sinks: torch.Tensor | None = None, **extra) -> None:
         # The backend's supports_* hooks refuse these at selection; an impl built directly
         # (or by a model that bypasses selection) still fails here, before any kernel.
-        unsupported = [
-            alibi_slopes is not None and "ALiBi",
-            sinks is not None and "attention sinks",
-            extra.get("use_alibi_sqrt") and "ALiBi (sqrt)",
-            extra.get("chunk_lookback", -1) > -1 and "chunked attention with lookback",
-            attn_type != AttentionType.DECODER and f"attention type {attn_type}",
-            support.head_size_reason(head_size),
-            support.kv_cache_dtype_reason(kv_cache_dtype),
-        ]
-        unsupported = [u for u in unsupported if u]
-        if unsupported:
-            raise ValueError(f"rocm_dflash does not support: {', '.join(unsupported)}")
+        asked = {"alibi": alibi_slopes is not None or extra.get("use_alibi_sqrt"), "sinks": sinks is not None,
+                 "chunked_local": extra.get("chunk_lookback", -1) > -1,
+                 "cross_attention": attn_type == AttentionType.ENCODER_DECODER,
+                 "encoder": attn_type in (AttentionType.ENCODER, AttentionType.ENCODER_ONLY)}
+        # The model dtype is not known here (None); selection and every call check it.
+        support.require(head_size=head_size, dtype=None, kv_cache_dtype=kv_cache_dtype,
+                        num_q_heads=num_heads, num_kv_heads=num_kv_heads or num_heads,
+                        features=[name for name, on in asked.items() if on])
         self.num_heads = num_heads
         self.head_size = head_size
         self.scale = float(scale)
@@ -81,5 +77,6 @@ class RocmDFlashImpl(AttentionImpl[RocmDFlashMetadata]):
             softcap=self.logits_soft_cap,
             out=out[:num_tokens],
             max_query_len=attn_metadata.max_query_len or None,  # 0: an empty batch
+            workspace=attn_metadata.workspace,
         )
         return output

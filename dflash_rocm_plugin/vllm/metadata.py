@@ -18,7 +18,7 @@ from vllm.v1.attention.backend import (
     CommonAttentionMetadata,
 )
 
-from dflash_rocm_plugin.vllm import workspace_sizing
+from dflash_rocm_plugin import ops
 
 
 @dataclass
@@ -31,11 +31,12 @@ class RocmDFlashMetadata(AttentionMetadata):
     block_table: torch.Tensor  # int32 [num_reqs, max_blocks]
     slot_mapping: torch.Tensor
     causal: bool  # False for the DFlash draft block
+    workspace: torch.Tensor | None  # the builder's split-KV scratch, sized for every batch
 
 
 class RocmDFlashMetadataBuilder(AttentionMetadataBuilder[RocmDFlashMetadata]):
     # Full graphs for uniform batches (decode, and 1+k spec-decode / DFlash blocks): the
-    # forward allocates nothing (out= and a split-KV scratch reserved here) and never reads the
+    # forward allocates nothing (out= and the split-KV scratch owned here) and never reads the
     # device from the host.  Not ALWAYS: max_query_len is baked into a captured launch, and
     # mixed prefill batches replayed through one graph could exceed it.
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
@@ -45,9 +46,15 @@ class RocmDFlashMetadataBuilder(AttentionMetadataBuilder[RocmDFlashMetadata]):
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        num_q_heads = vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config)
-        workspace_sizing.reserve(vllm_config, device, num_q_heads, kv_cache_spec.num_kv_heads,
-                                 kv_cache_spec.head_size)
+        # One scratch for every batch this builder's layers will run (any mix of query lengths, up
+        # to max_num_seqs requests), allocated before vLLM captures graphs.  The block table's
+        # width x block size never exceeds twice max_model_len.
+        floats = ops.workspace_floats(
+            num_q_heads=vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config),
+            num_kv_heads=kv_cache_spec.num_kv_heads, head_dim=kv_cache_spec.head_size,
+            max_num_seqs=vllm_config.scheduler_config.max_num_seqs,
+            max_kv_len=2 * vllm_config.model_config.max_model_len, device=device)
+        self.workspace = torch.empty(floats, dtype=torch.float32, device=device) if floats else None
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> RocmDFlashMetadata:
@@ -65,6 +72,7 @@ class RocmDFlashMetadataBuilder(AttentionMetadataBuilder[RocmDFlashMetadata]):
             block_table=cam.block_table_tensor,
             slot_mapping=cam.slot_mapping,
             causal=cam.causal,
+            workspace=self.workspace,
         )
 
     def build_for_drafting(self, common_attn_metadata: CommonAttentionMetadata,

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import logging
 
-logger = logging.getLogger("dflash_rocm_plugin.vllm")
+from dflash_rocm_plugin.vllm.names import BACKEND_ENUM_NAME, BACKEND_PATH
 
-BACKEND_ENUM_NAME = "ROCM_DFLASH"
-BACKEND_PATH = "dflash_rocm_plugin.vllm.backend.RocmDFlashBackend"
+logger = logging.getLogger("dflash_rocm_plugin.vllm")
 # (major, minor) releases whose internals this adapter is written and tested against.
 SUPPORTED_VERSIONS = ((0, 32), (0, 33))
 SUPPORTED_RANGE = ">=0.32,<0.34"
@@ -66,7 +65,6 @@ def register() -> None:
     _registered = True
     _warn_if_kernels_cannot_run()
     _run_optional("host_fixes", "apply")
-    _run_optional("cpu_engine_testing", "maybe_enable")
 
 
 def _warn_if_kernels_cannot_run() -> None:
@@ -115,9 +113,16 @@ def _register_backend() -> None:
         f"CUSTOM slot by {custom.get_path() if custom.is_overridden() else None!r}")
 
 
-def is_plugin_backend(member) -> bool:
-    """True when ``member`` (an ``AttentionBackendEnum`` or None) selects this plugin's backend."""
-    try:
-        return member is not None and member.is_overridden() and member.get_path() == BACKEND_PATH
-    except Exception:
-        return False
+
+def check_registered() -> tuple[bool, str]:
+    """(registered, detail) after vLLM's own plugin loading, for ``dflash-rocm doctor``."""
+    from vllm.plugins import load_general_plugins
+    load_general_plugins()
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    member = AttentionBackendEnum._member_map_.get(BACKEND_ENUM_NAME)
+    if member is None:
+        return False, f"{BACKEND_ENUM_NAME} is not an AttentionBackendEnum name after plugin loading"
+    path = member.get_path() if hasattr(member, "get_path") else member.value
+    if path != BACKEND_PATH:
+        return False, f"{BACKEND_ENUM_NAME} resolves to {path!r}, not the plugin"
+    return True, f"--attention-backend rocm_dflash -> {member.name} -> {path}"

@@ -4,17 +4,21 @@ import sys
 
 import pytest
 
-from dflash_rocm_plugin.ops import aiter_paths, impl_select
+from dflash_rocm_plugin.ops import backends
+from dflash_rocm_plugin.ops.backends import aiter, aiter_loader
 
 
 @pytest.fixture
 def clean_aiter_state(monkeypatch):
-    """No AITER policy in the environment, no `aiter` module, no cached AITER outcome or disabled path."""
-    monkeypatch.delenv(impl_select.ATTENTION_ENV, raising=False)
-    monkeypatch.delenv(impl_select.GREEDY_ENV, raising=False)
+    """No AITER policy in the environment (nor one read already), no `aiter` module, no cached AITER
+    outcome, warning or disabled path."""
+    monkeypatch.delenv(backends.ATTENTION_ENV, raising=False)
+    monkeypatch.delenv(backends.GREEDY_ENV, raising=False)
     monkeypatch.delitem(sys.modules, "aiter", raising=False)
-    aiter_paths.reset()
-    for path in (impl_select.ATTENTION, impl_select.GREEDY):
+    monkeypatch.setattr(aiter_loader, "_load_result", None)
+    monkeypatch.setattr(aiter_loader, "_warned", set())
+    for path in (aiter.ATTENTION, aiter.GREEDY):
         monkeypatch.setattr(path, "disabled_reason", None)
+    backends._env_policy.cache_clear()
     yield
-    aiter_paths.reset()
+    backends._env_policy.cache_clear()

@@ -11,8 +11,8 @@ AITER's CK ``mha_batch_prefill`` makes, so a wrong argument mapping fails here.
 
 from __future__ import annotations
 
-import importlib
 import logging
+import subprocess
 import sys
 import types
 
@@ -20,7 +20,9 @@ import pytest
 import torch
 
 from dflash_rocm_plugin import ops, reference
-from dflash_rocm_plugin.ops import _runtime, aiter_paths, impl_select
+from dflash_rocm_plugin.ops import _runtime, backends
+from dflash_rocm_plugin.ops.backends import aiter as aiter_backend
+from dflash_rocm_plugin.ops.backends import aiter_loader
 from tests.core.cases import build, check_against_reference, poisoned_like, tolerance
 
 LOGGER = "dflash_rocm_plugin.aiter"
@@ -36,7 +38,7 @@ def clean_state(clean_aiter_state):
 def rocm(monkeypatch):
     """A ROCm torch build whose (CPU-resident) tensors count as GPU tensors."""
     monkeypatch.setattr(_runtime, "is_rocm", lambda: True)
-    monkeypatch.setattr(impl_select, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(aiter_backend, "_on_gpu", lambda t: True)
 
 
 class FakeAiter:
@@ -114,7 +116,7 @@ def test_auto_off_rocm_never_imports_aiter(monkeypatch, caplog):
         run_checked(small_case())
     assert finder.attempts == 0
     assert warnings_from(caplog) == []
-    assert impl_select.describe()["attention"]["impl"] == "triton"
+    assert ops.kernel_paths()["attention"]["impl"] == "triton"
 
 
 def test_auto_off_rocm_ignores_an_importable_aiter(monkeypatch):
@@ -128,7 +130,7 @@ def test_auto_on_rocm_without_aiter_warns_once_and_uses_triton(rocm, caplog):
         run_checked(small_case())
     (warning,) = warnings_from(caplog)
     assert "import aiter" in warning.getMessage()
-    info = impl_select.describe()["attention"]
+    info = ops.kernel_paths()["attention"]
     assert info["impl"] == "triton" and "import aiter" in info["reason"]
 
 
@@ -166,7 +168,7 @@ def test_auto_kernel_that_raises_is_disabled_once_and_results_stay_correct(rocm,
     assert len(fake.calls) == 1, "a disabled path must not be retried"
     (warning,) = warnings_from(caplog)
     assert "no matching kernel" in warning.getMessage() and "disabled" in warning.getMessage()
-    info = impl_select.describe()["attention"]
+    info = ops.kernel_paths()["attention"]
     assert info["impl"] == "triton" and "no matching kernel" in info["reason"]
 
 
@@ -177,7 +179,7 @@ def test_auto_working_aiter_serves_noncausal_calls(rocm, monkeypatch, caplog):
     assert len(fake.calls) == CALLS_PER_TEST
     assert all(c["causal"] is False for c in fake.calls)
     assert warnings_from(caplog) == []
-    info = impl_select.describe()
+    info = ops.kernel_paths()
     assert info["attention"]["impl"] == "aiter+triton"
     assert info["aiter"]["usable"] and info["aiter"]["version"] == "0.1.16.post2"
 
@@ -238,30 +240,41 @@ def test_token_pool_view_goes_to_aiter(rocm, monkeypatch):
 
 
 def test_forced_triton_never_uses_aiter(rocm, monkeypatch):
-    monkeypatch.setenv(impl_select.ATTENTION_ENV, "triton")
+    monkeypatch.setenv(backends.ATTENTION_ENV, "triton")
     fake = FakeAiter(monkeypatch)
     run_checked(small_case())
     assert fake.calls == []
-    assert impl_select.describe()["attention"]["impl"] == "triton"
+    assert ops.kernel_paths()["attention"]["impl"] == "triton"
 
 
 # ----------------------------------------------------------------------------- forced aiter
 
-def test_policies_are_not_read_at_import(monkeypatch):
+def test_policies_are_not_read_at_import():
     # Even an invalid value must not break importing: it is reported at the first call.
-    monkeypatch.setenv(impl_select.ATTENTION_ENV, "ck")
-    monkeypatch.setenv(impl_select.GREEDY_ENV, "ck")
-    finder = RaisingImport(monkeypatch)
-    importlib.reload(aiter_paths)
-    importlib.reload(impl_select)
-    assert finder.attempts == 0
+    code = ("import os, sys; os.environ['DFLASH_ROCM_ATTENTION_IMPL'] = os.environ['DFLASH_ROCM_GREEDY_IMPL'] = 'ck'; "
+            "import dflash_rocm_plugin.ops; print('aiter' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_the_policy_is_read_once_and_an_explicit_backend_wins(rocm, monkeypatch):
+    fake = FakeAiter(monkeypatch)
+    monkeypatch.setenv(backends.ATTENTION_ENV, "triton")
+    run_checked(small_case())
+    monkeypatch.setenv(backends.ATTENTION_ENV, "aiter")  # too late: read at the first call
+    run_checked(small_case())
+    assert fake.calls == []
+    run_checked(small_case(), backend="aiter")
+    assert len(fake.calls) == 1
+    with pytest.raises(ValueError, match=r"backend='ck' is not one of: auto, triton, aiter"):
+        ops.paged_attention(*small_case().args(), causal=False, backend="ck")
 
 
 def test_forced_aiter_off_rocm_fails_at_first_use(monkeypatch):
-    monkeypatch.setenv(impl_select.ATTENTION_ENV, "aiter")
-    with pytest.raises(aiter_paths.AiterUnavailable, match=r"torch\.version\.hip"):
+    monkeypatch.setenv(backends.ATTENTION_ENV, "aiter")
+    with pytest.raises(ops.AiterUnavailable, match=r"torch\.version\.hip"):
         ops.paged_attention(*small_case().args(), causal=False)
-    assert impl_select.describe()["attention"]["impl"] == "error"
+    assert ops.kernel_paths()["attention"]["impl"] == "error"
 
 
 @pytest.mark.parametrize("state, message", [
@@ -271,7 +284,7 @@ def test_forced_aiter_off_rocm_fails_at_first_use(monkeypatch):
     ("triton-only build", r"mha_batch_prefill_func"),
 ])
 def test_forced_aiter_names_what_is_missing(rocm, monkeypatch, state, message):
-    monkeypatch.setenv(impl_select.ATTENTION_ENV, "aiter")
+    monkeypatch.setenv(backends.ATTENTION_ENV, "aiter")
     if state == "import raises":
         RaisingImport(monkeypatch)
     elif state == "old":
@@ -279,13 +292,13 @@ def test_forced_aiter_names_what_is_missing(rocm, monkeypatch, state, message):
     elif state == "triton-only build":
         FakeAiter(monkeypatch, with_kernel=False)
     # First use is a causal (target) call: the error must not wait for a draft call.
-    with pytest.raises(aiter_paths.AiterUnavailable, match=message):
+    with pytest.raises(ops.AiterUnavailable, match=message):
         ops.paged_attention(*small_case().args(), causal=True)
-    assert impl_select.describe()["attention"]["impl"] == "error"
+    assert ops.kernel_paths()["attention"]["impl"] == "error"
 
 
 def test_forced_aiter_serves_draft_and_leaves_causal_to_triton(rocm, monkeypatch):
-    monkeypatch.setenv(impl_select.ATTENTION_ENV, "aiter")
+    monkeypatch.setenv(backends.ATTENTION_ENV, "aiter")
     fake = FakeAiter(monkeypatch)
     run_checked(small_case(), causal=True)
     assert fake.calls == []
@@ -294,7 +307,7 @@ def test_forced_aiter_serves_draft_and_leaves_causal_to_triton(rocm, monkeypatch
 
 
 def test_forced_aiter_kernel_that_raises_falls_back_once(rocm, monkeypatch, caplog):
-    monkeypatch.setenv(impl_select.ATTENTION_ENV, "aiter")
+    monkeypatch.setenv(backends.ATTENTION_ENV, "aiter")
     fake = FakeAiter(monkeypatch, raises=ValueError("Batch prefill requires head size divisible by vector size"))
     for _ in range(CALLS_PER_TEST):
         run_checked(small_case())
@@ -303,10 +316,10 @@ def test_forced_aiter_kernel_that_raises_falls_back_once(rocm, monkeypatch, capl
 
 
 def test_bad_policy_value_is_rejected_naming_the_variable(monkeypatch):
-    monkeypatch.setenv(impl_select.ATTENTION_ENV, "ck")
+    monkeypatch.setenv(backends.ATTENTION_ENV, "ck")
     with pytest.raises(ValueError, match=r"DFLASH_ROCM_ATTENTION_IMPL='ck'.*auto, triton, aiter"):
         ops.paged_attention(*small_case().args(), causal=False)
-    assert impl_select.describe()["attention"]["impl"] == "error"
+    assert ops.kernel_paths()["attention"]["impl"] == "error"
 
 
 # ----------------------------------------------------------------------------- pieces
@@ -318,12 +331,12 @@ def test_bad_policy_value_is_rejected_naming_the_variable(monkeypatch):
     ("0.1.0", False), ("", False), (None, False), ("unknown", False),
 ])
 def test_version_gate(version, ok):
-    assert aiter_paths.version_ok(version) is ok
+    assert aiter_loader.version_ok(version) is ok
 
 
 def test_describe_off_rocm_loads_nothing(monkeypatch):
     finder = RaisingImport(monkeypatch)
-    info = impl_select.describe(device="cpu")
+    info = ops.kernel_paths(device="cpu")
     assert finder.attempts == 0
     assert info["platform"]["rocm"] is False
     assert info["attention"]["impl"] == "triton" and info["greedy_sample"]["impl"] == "torch"

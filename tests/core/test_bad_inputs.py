@@ -30,7 +30,8 @@ def good():
 def call(**over):
     a = good()
     kw = {k: over.pop(k) for k in list(over) if k in ("causal", "scale", "sliding_window", "softcap", "out",
-                                                        "max_query_len", "num_kv_splits")}
+                                                        "max_query_len", "num_kv_splits", "workspace",
+                                                        "backend")}
     a.update(over)
     kw.setdefault("causal", True)
     return ops.paged_attention(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"],
@@ -40,13 +41,13 @@ def call(**over):
 BAD_ATTENTION = [
     ("q", dict(q=torch.zeros(3, 4)), "q must have 3 dimensions"),
     ("q", dict(q=torch.zeros(3, 4, 32, dtype=torch.float64)), "q has dtype torch.float64; supported: float16, bfloat16, float32"),
-    ("q", dict(q=torch.zeros(3, 4, 36)), "head_dim) is 36; supported head dims are multiples of 8"),
-    ("q", dict(q=torch.zeros(3, 4, 512)), "supported head dims"),
-    ("k_cache", dict(k_cache=torch.zeros(4, 16, 2, 32, dtype=torch.float16)), "k_cache has dtype torch.float16 but q has torch.float32"),
-    ("k_cache", dict(k_cache=torch.zeros(4, 16, 2, 32, dtype=torch.float8_e4m3fn)), "quantized caches are not supported"),
+    ("q", dict(q=torch.zeros(3, 4, 36)), "(head_dim): head_dim 36 is not supported (multiples of 8 from 16 to 256"),
+    ("q", dict(q=torch.zeros(3, 4, 512)), "head_dim 512 is not supported"),
+    ("k_cache", dict(k_cache=torch.zeros(4, 16, 2, 32, dtype=torch.float16)), "k_cache has dtype torch.float16 and q has torch.float32: KV cache dtype torch.float16 differs from the model dtype"),
+    ("k_cache", dict(k_cache=torch.zeros(4, 16, 2, 32, dtype=torch.float8_e4m3fn)), "quantized caches are not"),
     ("v_cache", dict(v_cache=torch.zeros(4, 16, 2)), "v_cache must have 4 dimensions"),
     ("v_cache", dict(v_cache=torch.zeros(4, 16, 1, 32)), "differ in shape"),
-    ("k_cache", dict(k_cache=torch.zeros(4, 16, 3, 32), v_cache=torch.zeros(4, 16, 3, 32)), "must be a multiple of the cache's num_kv_heads (3)"),
+    ("k_cache", dict(k_cache=torch.zeros(4, 16, 3, 32), v_cache=torch.zeros(4, 16, 3, 32)), "k_cache.shape[2] (num_kv_heads): num_q_heads (4) must be a multiple of num_kv_heads (3)"),
     ("k_cache", dict(k_cache=torch.zeros(4, 16, 2, 64), v_cache=torch.zeros(4, 16, 2, 64)), "k_cache head_dim 64 differs from q head_dim 32"),
     ("seq_lens", dict(seq_lens=torch.tensor([20, 9])), "seq_lens has dtype torch.int64; supported: int32"),
     ("seq_lens", dict(seq_lens=torch.tensor([[20, 9]], dtype=torch.int32)), "seq_lens must have 1 dimensions"),
@@ -67,6 +68,11 @@ BAD_ATTENTION = [
     ("num_kv_splits", dict(num_kv_splits=0), "num_kv_splits must be a positive int"),
     ("num_kv_splits", dict(num_kv_splits=1000), "num_kv_splits must be <= 32"),
     ("q", dict(q=[1, 2, 3]), "q must be a torch.Tensor"),
+    ("workspace", dict(workspace=torch.zeros(4, 4)), "workspace must have 1 dimensions"),
+    ("workspace", dict(workspace=torch.zeros(64, dtype=torch.float16)), "workspace has dtype torch.float16"),
+    ("workspace", dict(workspace=torch.zeros(128)[::2]), "workspace must be a contiguous float32 tensor"),
+    ("workspace", dict(workspace=torch.zeros(8), num_kv_splits=4), "workspace holds 8 floats; this launch"),
+    ("backend", dict(backend="cuda"), "backend='cuda' is not one of: auto, triton, aiter"),
 ]
 
 

@@ -24,7 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dflash_rocm_plugin import ops
-from dflash_rocm_plugin.ops import _runtime, aiter_paths, impl_select
+from dflash_rocm_plugin.ops import _runtime, backends
+from dflash_rocm_plugin.ops.backends import aiter as aiter_backend
+from dflash_rocm_plugin.ops.backends import aiter_loader
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 NAN, INF = float("nan"), float("inf")
@@ -173,9 +175,9 @@ class FakeAiterGreedy:
 
 @pytest.fixture
 def forced_aiter(monkeypatch):
-    monkeypatch.setenv(impl_select.GREEDY_ENV, "aiter")
+    monkeypatch.setenv(backends.GREEDY_ENV, "aiter")
     monkeypatch.setattr(_runtime, "is_rocm", lambda: True)
-    monkeypatch.setattr(impl_select, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(aiter_backend, "_on_gpu", lambda t: True)
 
 
 def warnings_from(caplog):
@@ -204,14 +206,13 @@ def test_guard_is_what_fixes_the_bad_rows(forced_aiter, monkeypatch):
 
 
 def test_aiter_path_difference_on_rows_mixing_nan_and_numbers(forced_aiter, monkeypatch):
-    """Documented in ops.impl_select: the opt-in path skips NaN; the default path is exact."""
+    """Documented in ops.backends.aiter: the opt-in path skips NaN; the default path is exact."""
     FakeAiterGreedy(monkeypatch)
     row = torch.arange(32, dtype=torch.float16)
     row[5] = NAN
     logits = row[None]
     assert ops.greedy_sample(logits).tolist() == [31]
-    monkeypatch.setenv(impl_select.GREEDY_ENV, "auto")
-    assert ops.greedy_sample(logits).tolist() == [5] == torch.argmax(logits, -1).tolist()
+    assert ops.greedy_sample(logits, backend="auto").tolist() == [5] == torch.argmax(logits, -1).tolist()
 
 
 @pytest.mark.parametrize("why, logits", [
@@ -233,39 +234,40 @@ def test_aiter_kernel_that_raises_falls_back_once(forced_aiter, monkeypatch, cap
     assert fake.calls == 1
     (warning,) = warnings_from(caplog)
     assert "hipErrorNoBinaryForGpu" in warning.getMessage()
-    assert impl_select.describe()["greedy_sample"]["impl"] == "torch"
+    assert ops.kernel_paths()["greedy_sample"]["impl"] == "torch"
 
 
 def test_aiter_forced_off_rocm_fails_at_first_use(monkeypatch):
-    monkeypatch.setenv(impl_select.GREEDY_ENV, "aiter")
-    with pytest.raises(aiter_paths.AiterUnavailable, match=r"DFLASH_ROCM_GREEDY_IMPL=aiter.*torch\.version\.hip"):
+    monkeypatch.setenv(backends.GREEDY_ENV, "aiter")
+    with pytest.raises(ops.AiterUnavailable, match=r"DFLASH_ROCM_GREEDY_IMPL=aiter.*torch\.version\.hip"):
         ops.greedy_sample(batch(32, torch.float16))
 
 
 def test_aiter_forced_but_absent_names_the_import(forced_aiter):
-    with pytest.raises(aiter_paths.AiterUnavailable, match=r"greedy sampling.*import aiter"):
+    with pytest.raises(ops.AiterUnavailable, match=r"greedy sampling.*import aiter"):
         ops.greedy_sample(batch(32, torch.float16))
 
 
 def test_aiter_forced_but_old_names_the_version(forced_aiter, monkeypatch):
     FakeAiterGreedy(monkeypatch, version="0.1.14")
-    with pytest.raises(aiter_paths.AiterUnavailable, match=r"0\.1\.14 is older than 0\.1\.16"):
+    with pytest.raises(ops.AiterUnavailable, match=r"0\.1\.14 is older than 0\.1\.16"):
         ops.greedy_sample(batch(32, torch.float16))
 
 
 def test_auto_keeps_torch_even_with_working_aiter(monkeypatch):
     monkeypatch.setattr(_runtime, "is_rocm", lambda: True)
-    monkeypatch.setattr(impl_select, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(aiter_backend, "_on_gpu", lambda t: True)
     fake = FakeAiterGreedy(monkeypatch)
     logits = batch(32, torch.float16)
     assert_argmax(logits, ops.greedy_sample(logits))
     assert fake.calls == 0
-    assert impl_select.describe()["greedy_sample"]["impl"] == "torch"
-    monkeypatch.setenv(impl_select.GREEDY_ENV, "aiter")
-    assert impl_select.describe()["greedy_sample"]["impl"] == "aiter"
+    assert ops.kernel_paths()["greedy_sample"]["impl"] == "torch"
+    monkeypatch.setenv(backends.GREEDY_ENV, "aiter")
+    backends._env_policy.cache_clear()  # as a new process would read it
+    assert ops.kernel_paths()["greedy_sample"]["impl"] == "aiter+torch"
 
 
 def test_bad_policy_value(monkeypatch):
-    monkeypatch.setenv(impl_select.GREEDY_ENV, "fast")
+    monkeypatch.setenv(backends.GREEDY_ENV, "fast")
     with pytest.raises(ValueError, match=r"DFLASH_ROCM_GREEDY_IMPL='fast'.*auto, torch, aiter"):
         ops.greedy_sample(batch(32, torch.float16))

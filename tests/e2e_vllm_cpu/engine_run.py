@@ -3,7 +3,7 @@
     python -m tests.e2e_vllm_cpu.engine_run --target DIR [--draft DIR] --max-tokens N --out FILE
 
 The attention backend is chosen by the environment the caller passes: with
-``DFLASH_ROCM_TEST_CPU_ENGINE=1`` the plugin's entry point puts rocm_dflash into the CPU_ATTN
+``DFLASH_ROCM_TEST_CPU_ENGINE=1`` the test plugin (cpu_engine_plugin/) puts rocm_dflash into the CPU_ATTN
 slot; without it vLLM's own CPU_ATTN runs.  Everything runs in this process (V1 model runner,
 no engine-core subprocess) so the probes below see every call:
 
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
 
     rec: dict = {"pid": os.getpid()}
     vllm.plugins.load_general_plugins()  # what EngineArgs does first; probes need the final slot
-    from dflash_rocm_plugin.vllm import cpu_engine_testing
+    import dflash_rocm_test_cpu_engine as cpu_engine_testing
     rec["switch"] = cpu_engine_testing.requested()
     install_probes(rec)
     install_draft_probe(rec)

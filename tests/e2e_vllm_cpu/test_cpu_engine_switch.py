@@ -1,4 +1,4 @@
-"""``cpu_engine_testing.maybe_enable`` is inert unless asked, and refuses a setup that would crash.
+"""The test plugin (``tests/e2e_vllm_cpu/cpu_engine_plugin``) is inert unless asked, and refuses a setup that would crash.
 
 * Without ``DFLASH_ROCM_TEST_CPU_ENGINE=1`` it returns False and touches nothing (production).
 * With the switch but without ``TRITON_INTERPRET=1`` from process start, ``register()`` (via the
@@ -12,14 +12,14 @@ import os
 import subprocess
 import sys
 
-from dflash_rocm_plugin.vllm import cpu_engine_testing
+import dflash_rocm_test_cpu_engine as cpu_engine_testing
 from tests.e2e_vllm_cpu.conftest import REPO_ROOT, engine_env
 
 PROBE = r"""
 import json, os
 import vllm.plugins
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
-from dflash_rocm_plugin.vllm import cpu_engine_testing
+import dflash_rocm_test_cpu_engine as cpu_engine_testing
 vllm.plugins.load_general_plugins()  # register() -> maybe_enable()
 without = AttentionBackendEnum.CPU_ATTN.get_path()
 os.environ["TRITON_INTERPRET"] = "1"

@@ -45,12 +45,12 @@ def _capture(fn):
 @pytest.mark.parametrize("page", [16, 1])
 def test_paged_attention_graph_matches_eager(causal, splits, page):
     q, k, v, table, seq_lens, qsl = _case(batch=3, ctx=1040, page=page)
-    ops.reserve_workspace(q.device, q.shape[0], q.shape[1], q.shape[2])
+    ws = torch.empty(32 * q.shape[0] * q.shape[1] * (q.shape[2] + 1), device=q.device)  # 32 splits
     out = torch.full_like(q, float("nan"))
 
     def launch():
         ops.paged_attention(q, k, v, table, seq_lens, qsl, causal=causal, out=out,
-                            max_query_len=16, num_kv_splits=splits)
+                            max_query_len=16, num_kv_splits=splits, workspace=ws)
 
     graph = _capture(launch)
     for seed in (1, 2):

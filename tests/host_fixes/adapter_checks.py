@@ -345,7 +345,8 @@ def draft_accepts_rocm_dflash(choices) -> bool:
     allow-list the host fix found has been widened."""
     if hasattr(choices, "add_draft_attention_backend_choices"):
         return "rocm_dflash" in choices.DRAFT_ATTENTION_BACKEND_CHOICES
-    from dflash_rocm_plugin.sglang.fixes import _code, draft_backend
+    from dflash_rocm_plugin.hostfix import code as _code
+    from dflash_rocm_plugin.sglang.fixes import draft_backend
 
     lists = []
     for module_name, path, _ in draft_backend.FUNCTION_TARGETS:

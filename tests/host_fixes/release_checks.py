@@ -181,17 +181,17 @@ def _draft_backend_checks(report, kind, resolve):
     report["draft_resolver"] = kind
     report["before_patch"] = {"explicit_rocm_dflash": resolve(_server_args(draft="rocm_dflash"))}
 
-    from dflash_rocm_plugin import host_fix_catalogue as catalogue
+    from dflash_rocm_plugin import hostfix
     from dflash_rocm_plugin.sglang import register
 
     # The adapter's entry point applies the fixes (and registers the backend on 0.5.14+);
     # a second call must change nothing.
     register()
-    status = next(s for s in catalogue.statuses("sglang") if s.id == draft_backend.FIX_ID)
+    status = next(s for s in hostfix.statuses("sglang") if s.id == draft_backend.FIX_ID)
     report["patch_status"] = status.as_dict()
     code_before = _draft_code(kind)
     register()
-    again = next(s for s in catalogue.statuses("sglang") if s.id == draft_backend.FIX_ID)
+    again = next(s for s in hostfix.statuses("sglang") if s.id == draft_backend.FIX_ID)
     report["second_evaluate_same"] = again == status and _draft_code(kind) == code_before
     from dflash_rocm_plugin import doctor
     report["doctor"] = doctor.collect(("sglang",))
@@ -229,8 +229,8 @@ def main(version: str) -> dict:
     report["sglang_version"] = getattr(sglang, "__version__", None)
     # Locating the release's draft resolver first also stubs sgl_kernel where only it is missing.
     kind, resolve = _draft_resolver()
-    from dflash_rocm_plugin import host_fix_catalogue as catalogue
-    report["dry_run"] = {s.id: s.as_dict() for s in catalogue.run("sglang", apply=False)}
+    from dflash_rocm_plugin.sglang import host_fixes
+    report["dry_run"] = {s.id: s.as_dict() for s in host_fixes.apply(patch=False)}
     if report["dry_run"]["sglang-dflash-draft-backend"]["status"] != "not needed":
         _draft_backend_checks(report, kind, resolve)
     report["stubbed_sgl_kernel_for"] = _STUBBED

@@ -4,7 +4,7 @@ That work had to build the target-verify metadata eagerly, outside the captured 
 CUDA/HIP graph replays device work only, so a host sync or an allocation inside it either
 breaks capture or bakes one step's values into every replay.  The plugin's rule: everything
 host-side is prepared before capture, and the call a host makes inside a captured region -
-``ops.paged_attention`` with ``out=`` after ``ops.reserve_workspace``, ``ops.write_kv_cache`` -
+``ops.paged_attention`` with ``out=`` and a caller-owned ``workspace=``, ``ops.write_kv_cache`` -
 performs no host synchronisation and no allocation.  Proven here by recording every aten op
 those calls issue (the Triton launches themselves are replaced by recorders, so only the ops
 layer's own work is seen) over decode, causal verify, non-causal DFlash draft blocks and
@@ -76,16 +76,16 @@ def _assert_capture_safe(recorded):
     ([1, 1], [37, 9], True, None),             # decode
     ([16, 16], [40, 23], False, None),         # DFlash draft block: non-causal
     ([16, 16], [40, 23], True, None),          # target verify: causal
-    ([16, 16], [64, 60], False, 4),            # split-KV through the reserved workspace
+    ([16, 16], [64, 60], False, 4),            # split-KV through the caller's workspace
     ([1, 1], [64, 3], True, 8),
 ])
 def test_attention_launch_is_capture_safe(launches, q_lens, seq_lens, causal, splits):
     q, k, v, table, sl, qsl = _case(q_lens, seq_lens)
     out = torch.empty_like(q)
-    ops.reserve_workspace(q.device, q.shape[0], q.shape[1], q.shape[2])
+    ws = torch.empty(32 * q.shape[0] * q.shape[1] * (q.shape[2] + 1))  # room for 32 splits
     with Recorder() as rec:
         ops.paged_attention(q, k, v, table, sl, qsl, causal=causal, out=out,
-                            max_query_len=max(q_lens), num_kv_splits=splits)
+                            max_query_len=max(q_lens), num_kv_splits=splits, workspace=ws)
     _assert_capture_safe(rec.ops)
     assert launches and launches[0][0] == "attention"
     if splits:
@@ -115,10 +115,9 @@ def test_workspace_refuses_to_grow_inside_capture(monkeypatch):
     device = torch.device("cpu")
     monkeypatch.setattr(workspace, "_buffers", {})
     monkeypatch.setattr(workspace, "_capturing", lambda dev: True)
-    with pytest.raises(RuntimeError, match="reserve_workspace"):
+    with pytest.raises(RuntimeError, match=r"pass them as paged_attention\(\.\.\., workspace=\)"):
         workspace.partials(device, 4, 32, 4, 16)
-    monkeypatch.setattr(workspace, "_capturing", lambda dev: False)
-    workspace.reserve(device, 32, 4, 16, num_splits=4)
-    monkeypatch.setattr(workspace, "_capturing", lambda dev: True)
-    out, lse = workspace.partials(device, 4, 32, 4, 16)  # reserved beforehand: views only
+    given = torch.empty(workspace.elements(4, 32, 4, 16))
+    out, lse = workspace.partials(device, 4, 32, 4, 16, given)  # the caller's: views only
     assert out.shape == (4, 32, 4, 16) and lse.shape == (4, 32, 4)
+    assert out.untyped_storage().data_ptr() == given.untyped_storage().data_ptr()

@@ -1,7 +1,7 @@
-"""The host-fix catalogue: every record resolves, every diff is catalogued and documented, and
-the runner's contract holds - outcomes applied / not needed / refused (with why), a failing
-probe or patch never raises, an applied fix is not probed or patched again, and each outcome
-is logged once per process.
+"""The host fixes each adapter declares, and the machinery that runs them: every record is
+complete, every diff is declared and documented, and the runner's contract holds - outcomes
+applied / not needed / refused (with why), a failing probe or patch never raises, an applied fix
+is not probed or patched again, and each outcome is logged once per process.
 """
 
 import logging
@@ -11,46 +11,48 @@ from pathlib import Path
 
 import pytest
 
-from dflash_rocm_plugin import host_fix_catalogue as catalogue
-from dflash_rocm_plugin.host_fix_catalogue import Fix, Probe, Status
+from dflash_rocm_plugin import hostfix as catalogue
+from dflash_rocm_plugin.hostfix import Fix, Probe, Status
+from dflash_rocm_plugin.sglang import host_fixes as sglang_fixes
+from dflash_rocm_plugin.vllm import host_fixes as vllm_fixes
 
 REPO = Path(__file__).resolve().parents[2]
+DECLARED = sglang_fixes.FIXES + vllm_fixes.FIXES
 
 
 @pytest.fixture(autouse=True)
-def fresh():
-    catalogue._reset_for_tests()
-    yield
-    catalogue._reset_for_tests()
+def fresh(monkeypatch):
+    for name in ("_applied", "_last"):
+        monkeypatch.setattr(catalogue, name, {})
+    monkeypatch.setattr(catalogue, "_logged", set())
 
 
-@pytest.mark.parametrize("fix", catalogue.CATALOGUE, ids=lambda f: f.id)
-def test_records_resolve(fix):
+@pytest.mark.parametrize("fix", DECLARED, ids=lambda f: f.id)
+def test_records_are_complete(fix):
     assert fix.host in ("sglang", "vllm")
-    assert callable(fix.resolve("probe")) and callable(fix.resolve("patch"))
+    assert callable(fix.probe) and callable(fix.patch)
     assert fix.upstream and fix.title
     for diff in fix.diffs:
         assert (REPO / diff).is_file(), diff
 
 
-def test_every_diff_is_catalogued_and_documented():
-    listed = {d for f in catalogue.CATALOGUE for d in f.diffs}
+def test_every_diff_is_declared_and_documented():
+    listed = {d for f in DECLARED for d in f.diffs}
     on_disk = {str(p.relative_to(REPO)) for p in (REPO / "patches").rglob("*.diff")}
     assert on_disk == listed
     readme = (REPO / "patches/README.md").read_text()
-    for fix in catalogue.CATALOGUE:
+    for fix in DECLARED:
         assert fix.id in readme, fix.id
     for diff in on_disk:
         host, version, name = Path(diff).parts[1:]
         assert f"{host}/{version}" in readme and name in readme, diff
 
 
-def test_ids_unique_and_hosts_split():
-    ids = [f.id for f in catalogue.CATALOGUE]
+def test_ids_unique_and_each_adapter_declares_its_own_host():
+    ids = [f.id for f in DECLARED]
     assert len(ids) == len(set(ids))
-    assert {f.host for f in catalogue.fixes_for("sglang")} == {"sglang"}
-    with pytest.raises(KeyError, match="no host fix named"):
-        catalogue.by_id("nope")
+    assert {f.host for f in sglang_fixes.FIXES} == {"sglang"}
+    assert {f.host for f in vllm_fixes.FIXES} == {"vllm"}
 
 
 # --- runner contract, with probes/patches in a throwaway module ---------------------------------------
@@ -76,8 +78,9 @@ def _module():
     return m
 
 
-def _fix(probe, patch="fake_fixes:patch"):
-    return Fix(f"fake-{probe}", "sglang", "t", "u", f"fake_fixes:{probe}", patch)
+def _fix(probe, patch="patch"):
+    m = sys.modules["fake_fixes"]
+    return Fix(f"fake-{probe}", "sglang", "t", "u", getattr(m, probe), getattr(m, patch))
 
 
 def test_outcomes(caplog):
@@ -93,7 +96,8 @@ def test_outcomes(caplog):
         assert refused.status is Status.REFUSED and refused.reason == "no source"
         broken = catalogue.evaluate(_fix("broken"))
         assert broken.status is Status.REFUSED and "ZeroDivisionError" in broken.reason
-        failed = catalogue.evaluate(Fix("fake-bad", "sglang", "t", "u", "fake_fixes:needed", "fake_fixes:bad_patch"))
+        failed = catalogue.evaluate(Fix("fake-bad", "sglang", "t", "u", sys.modules["fake_fixes"].needed,
+                                        sys.modules["fake_fixes"].bad_patch))
         assert failed.status is Status.REFUSED and "boom" in failed.reason
         catalogue.evaluate(_fix("fine"))
     messages = [r.getMessage() for r in caplog.records]
@@ -112,8 +116,5 @@ def test_dry_run_does_not_patch():
 
 
 def test_host_apply_without_hosts_never_raises():
-    from dflash_rocm_plugin.sglang import host_fixes as sglang_fixes
-    from dflash_rocm_plugin.vllm import host_fixes as vllm_fixes
-
     for result in (sglang_fixes.apply(), vllm_fixes.apply()):
         assert result and all(s.status in (Status.NOT_NEEDED, Status.REFUSED) for s in result)

@@ -48,7 +48,8 @@ def test_failed_registration_of_a_supported_host_exits_1(monkeypatch, capsys):
     real = doctor.package_version
     monkeypatch.setattr(doctor, "package_version",
                         lambda names: "0.5.23" if "sglang" in names else real(names))
-    monkeypatch.setitem(doctor._REGISTRATION_CHECKS, "sglang", lambda: (False, "not in ATTENTION_BACKENDS"))
+    from dflash_rocm_plugin import sglang as adapter
+    monkeypatch.setattr(adapter, "check_registered", lambda: (False, "not in ATTENTION_BACKENDS"))
     assert doctor.main(["--host", "sglang"]) == 1
     text = capsys.readouterr().out
     assert "rocm_dflash: NOT registered - not in ATTENTION_BACKENDS" in text
@@ -58,7 +59,8 @@ def test_failed_registration_of_a_supported_host_exits_1(monkeypatch, capsys):
 def test_a_crashing_host_check_is_reported_not_raised(monkeypatch, capsys):
     real = doctor.package_version
     monkeypatch.setattr(doctor, "package_version", lambda names: "0.33.0" if "vllm" in names else real(names))
-    monkeypatch.setitem(doctor._REGISTRATION_CHECKS, "vllm", lambda: 1 / 0)
+    from dflash_rocm_plugin import vllm as adapter
+    monkeypatch.setattr(adapter, "check_registered", lambda: 1 / 0)
     assert doctor.main(["--json", "--host", "vllm"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert "ZeroDivisionError" in report["hosts"]["vllm"]["detail"]

@@ -16,7 +16,9 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
+from dflash_rocm_plugin.hostfix import code as _code
 from dflash_rocm_plugin.vllm.fixes import _source, aiter_fa_extend, noncausal_claims
 from tests.host_fixes import _releases
 
@@ -109,7 +111,7 @@ class AiterFlashAttentionImpl:
 
 def test_extend_patch_behaviour(monkeypatch):
     module, code = _stand_in_module()
-    monkeypatch.setattr(_source, "source_of", lambda obj: code if obj.__name__ == "extend_forward" else None)
+    monkeypatch.setattr(_code, "source_of", lambda obj: code if obj.__name__ == "extend_forward" else None)
     found = aiter_fa_extend.probe_module(module)
     assert found.needed and not found.refused, found
     ops = module.rocm_aiter_ops
@@ -132,7 +134,7 @@ def test_extend_probe_without_non_causal_claim(monkeypatch):
 
 def test_extend_probe_refuses_without_source(monkeypatch):
     module, _ = _stand_in_module()
-    monkeypatch.setattr(_source, "source_of", lambda obj: None)
+    monkeypatch.setattr(_code, "source_of", lambda obj: None)
     assert aiter_fa_extend.probe_module(module).refused
 
 
@@ -144,7 +146,7 @@ def test_probes_off_rocm():
 
 
 def test_extend_probe_without_vllm(monkeypatch):
-    monkeypatch.setattr(_source, "on_rocm", lambda: True)
+    monkeypatch.setattr(torch.version, "hip", "6.4.0-fake")
     found = aiter_fa_extend.probe()  # the hostfix environment has no vLLM at all
     assert not found.needed and "not importable" in found.reason
 

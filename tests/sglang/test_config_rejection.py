@@ -1,6 +1,7 @@
 """Unsupported configurations stop at backend construction with a reason naming the
 feature (MLA, cross-attention, fp8 KV, head dims, tree-mask speculation), and
-per-layer features the backend cannot honour raise instead of computing wrong attention."""
+per-layer features the backend cannot honour raise ``ops.Unsupported`` (a ValueError, as in the
+vLLM adapter) instead of computing wrong attention."""
 
 from types import SimpleNamespace
 
@@ -13,6 +14,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 import harness as h
+from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.sglang.config_check import UnsupportedConfig
 
 
@@ -27,7 +29,7 @@ def with_model_config(runner, **changes):
 
 @pytest.mark.parametrize("changes, reason", [
     (dict(attention_arch=AttentionArch.MLA), "MLA"),
-    (dict(is_encoder_decoder=True), "cross-attention"),
+    (dict(is_encoder_decoder=True), r"encoder-decoder \(cross\) attention"),
     (dict(v_head_dim=64), "v_head_dim"),
 ])
 def test_model_config_rejected(changes, reason):
@@ -87,12 +89,12 @@ def test_bidirectional_decoder_layer_raises():
     shape, case, backend, fb = _verify_setup()
     layer = h.make_layer(shape)
     layer.attn_type = AttentionType.DECODER_BIDIRECTIONAL
-    with pytest.raises(NotImplementedError, match="DECODER_BIDIRECTIONAL"):
+    with pytest.raises(ops.Unsupported, match="attention type DECODER_BIDIRECTIONAL: bidirectional decoder"):
         backend.forward(case.q.reshape(16, -1), case.k, case.v, layer, fb)
 
 
 def test_attention_sinks_raise():
     shape, case, backend, fb = _verify_setup()
-    with pytest.raises(NotImplementedError, match="sinks"):
+    with pytest.raises(ops.Unsupported, match="attention sinks is not supported"):
         backend.forward_extend(case.q.reshape(16, -1), case.k, case.v, h.make_layer(shape), fb,
                                sinks=torch.zeros(shape.num_q_heads))

@@ -103,3 +103,18 @@ def test_fresh_process_cli_resolution(tmp_path):
         "choices_count": 1,
         "draft_choices_count": 1,
     }
+
+
+def test_a_triton_that_cannot_run_is_one_log_line_and_a_start_up_refusal(monkeypatch, caplog):
+    import harness as h
+    from dflash_rocm_plugin import ops
+    from dflash_rocm_plugin.ops import _runtime
+    from dflash_rocm_plugin.sglang.config_check import UnsupportedConfig
+
+    monkeypatch.setattr(_runtime, "triton_problem", lambda: "`import triton` failed (stand-in)")
+    monkeypatch.setattr(ops, "platform_problem", _runtime.triton_problem)
+    with caplog.at_level(logging.WARNING, logger="dflash_rocm_plugin.sglang"):
+        registration._warn_if_kernels_cannot_run()
+    assert sum("kernels cannot run here: `import triton` failed" in r.getMessage() for r in caplog.records) == 1
+    with pytest.raises(UnsupportedConfig, match="import triton. failed"):
+        h.make_backend("rocm_dflash", h.make_runner(h.Shape()))

@@ -178,14 +178,19 @@ def test_non_causal_really_differs_from_causal(backends, layer):
     assert math.isfinite(float(outs[1].sum()))
 
 
-def test_split_kv_decode_uses_the_reserved_workspace(backends, layer):
-    """Long-context decode takes the split-KV path; its scratch was reserved when the builder
-    was made, so the forward allocates nothing (what full CUDA/HIP graph capture needs)."""
+def test_split_kv_decode_uses_the_builders_workspace(backends, layer, monkeypatch):
+    """Long-context decode takes the split-KV path through the scratch the builder allocated
+    when it was made (sized by ops for every batch), so the forward allocates nothing: what full
+    CUDA/HIP graph capture needs.  The fallback buffer is never touched."""
     from vllm.v1.kv_cache_interface import KVCacheLayout
 
     from dflash_rocm_plugin.ops import workspace
-    device = torch.device("cpu")
-    reserved = workspace._buffers[device]
+    plugin_builder = backends[0]
+    assert plugin_builder.workspace is not None and plugin_builder.workspace.dtype == torch.float32
+    used = []
+    real = workspace.partials
+    monkeypatch.setattr(workspace, "partials", lambda *a: used.append(a[-1]) or real(*a))
+    monkeypatch.setattr(workspace, "_get", lambda *a: pytest.fail("the fallback buffer was used"))
     batch = kv_batches.build([700, 300], [1, 1], causal=True, layout=KVCacheLayout.LBNHC, seed=5)
     check(backends, layer, batch, torch.float32)
-    assert workspace._buffers[device] is reserved
+    assert used and all(ws is plugin_builder.workspace for ws in used)

@@ -73,3 +73,25 @@ def test_register_never_raises(monkeypatch):
     monkeypatch.setattr(registration, "_registered", False)
     monkeypatch.setattr(registration, "host_version", boom)
     registration.register()  # logs, does not raise
+
+
+def test_a_triton_that_cannot_run_is_one_log_line_and_a_selection_reason(monkeypatch, caplog):
+    import logging
+
+    import torch
+
+    from dflash_rocm_plugin import ops
+    from dflash_rocm_plugin.ops import _runtime
+    from dflash_rocm_plugin.vllm import registration
+    from dflash_rocm_plugin.vllm.backend import RocmDFlashBackend
+
+    monkeypatch.setattr(_runtime, "triton_problem", lambda: "triton 3.1.0 is older than 3.2 (stand-in)")
+    monkeypatch.setattr(ops, "platform_problem", _runtime.triton_problem)
+    with caplog.at_level(logging.WARNING, logger="dflash_rocm_plugin.vllm"):
+        registration._warn_if_kernels_cannot_run()
+    assert [r.getMessage() for r in caplog.records if "cannot run" in r.getMessage()] == [
+        "dflash_rocm_plugin: rocm_dflash is registered but its kernels cannot run here: "
+        "triton 3.1.0 is older than 3.2 (stand-in)"]
+    reason = RocmDFlashBackend.supports_combination(128, torch.bfloat16, "auto", 16, False, False,
+                                                    False, False, None)
+    assert "triton 3.1.0 is older than 3.2" in reason

@@ -25,13 +25,13 @@ def test_supported_configurations_have_no_reasons():
 @pytest.mark.parametrize("overrides,expected", [
     (dict(kv_cache_dtype="fp8"), "rocm_dflash: kv_cache_dtype 'fp8' not supported"),
     (dict(kv_cache_dtype="fp8_e4m3"), "kv_cache_dtype not supported"),
-    (dict(kv_cache_dtype="float16"), "must match the model dtype"),
+    (dict(kv_cache_dtype="float16"), "rocm_dflash: KV cache dtype torch.float16 differs from the model dtype"),
     (dict(use_mla=True), "MLA not supported"),
     (dict(has_sink=True), "attention sinks not supported"),
     (dict(use_sparse=True), "sparse not supported"),
     (dict(attn_type="encoder_decoder"), "attention type encoder_decoder not supported"),
     (dict(attn_type="encoder_only"), "attention type encoder_only not supported"),
-    (dict(head_size=12), "rocm_dflash: head_size 12 not supported (multiples of 8 from 16 to 256)"),
+    (dict(head_size=12), "rocm_dflash: head_dim 12 is not supported (multiples of 8 from 16 to 256"),
     (dict(head_size=100), "head_size not supported"),
     (dict(head_size=512), "head_size not supported"),
     (dict(dtype=torch.int8), "dtype not supported"),
@@ -50,11 +50,11 @@ def test_impl_refuses_alibi_sinks_and_cross_attention():
         RocmDFlashImpl(4, 32, 0.1, 2, [0.1, 0.2, 0.3, 0.4], None, "auto")
     with pytest.raises(ValueError, match="attention sinks"):
         RocmDFlashImpl(4, 32, 0.1, 2, None, None, "auto", sinks=torch.zeros(4))
-    with pytest.raises(ValueError, match="encoder_decoder"):
+    with pytest.raises(ValueError, match=r"encoder-decoder \(cross\) attention"):
         RocmDFlashImpl(4, 32, 0.1, 2, None, None, "auto", attn_type="encoder_decoder")
     with pytest.raises(ValueError, match="kv_cache_dtype 'fp8'"):
         RocmDFlashImpl(4, 32, 0.1, 2, None, None, "fp8")
-    with pytest.raises(ValueError, match="head_size 20"):
+    with pytest.raises(ValueError, match="head_dim 20"):
         RocmDFlashImpl(4, 20, 0.1, 2, None, None, "auto")
 
 

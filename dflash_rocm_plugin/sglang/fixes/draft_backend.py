@@ -22,9 +22,9 @@ from __future__ import annotations
 import functools
 import logging
 
-from dflash_rocm_plugin import BACKEND_NAME
-from dflash_rocm_plugin.host_fix_catalogue import Probe
-from dflash_rocm_plugin.sglang.fixes import _code
+from dflash_rocm_plugin import BACKEND_NAME, ops
+from dflash_rocm_plugin.hostfix import Probe
+from dflash_rocm_plugin.hostfix import code as _code
 
 logger = logging.getLogger("dflash_rocm_plugin.host_fixes")
 
@@ -150,11 +150,6 @@ def _with_rocm_default(original, takes_self: bool):
     return _code.mark(wrapper, FIX_ID)
 
 
-def _on_rocm() -> bool:
-    import torch
-    return getattr(torch.version, "hip", None) is not None
-
-
 def _backend_registered() -> bool:
     try:
         from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
@@ -178,7 +173,7 @@ def draft_default_reason(requested: str | None, inherited: str | None, allowed) 
 
 def default_on_rocm(server_args, allowed, *, on_rocm=None, registered=None) -> bool:
     """Set the draft backend to rocm_dflash when the host would otherwise fall back."""
-    on_rocm = _on_rocm() if on_rocm is None else on_rocm
+    on_rocm = ops.on_rocm() if on_rocm is None else on_rocm
     registered = _backend_registered() if registered is None else registered
     if not (on_rocm and registered):
         return False

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import types
 
-from dflash_rocm_plugin.host_fix_catalogue import Probe
-from dflash_rocm_plugin.sglang.fixes import _code
+from dflash_rocm_plugin.hostfix import Probe
+from dflash_rocm_plugin.hostfix import code as _code
 
 FIX_ID = "sglang-dflash-k-rope-dummy-q"
 MODULE = "sglang.srt.models.dflash"

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import types
 
-from dflash_rocm_plugin.host_fix_catalogue import Probe
-from dflash_rocm_plugin.sglang.fixes import _code
+from dflash_rocm_plugin.hostfix import Probe
+from dflash_rocm_plugin.hostfix import code as _code
 
 FIX_ID = "sglang-qwen3-dflash-capture"
 MODULE = "sglang.srt.models.qwen3"

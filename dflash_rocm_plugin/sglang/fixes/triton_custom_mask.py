@@ -22,8 +22,8 @@ import functools
 import inspect
 import re
 
-from dflash_rocm_plugin.host_fix_catalogue import Probe
-from dflash_rocm_plugin.sglang.fixes import _code
+from dflash_rocm_plugin.hostfix import Probe
+from dflash_rocm_plugin.hostfix import code as _code
 
 FIX_ID = "sglang-triton-graph-custom-mask"
 LEGACY_METHODS = ("init_forward_metadata_capture_cuda_graph", "init_forward_metadata_replay_cuda_graph")

@@ -3,23 +3,7 @@
 from __future__ import annotations
 
 import ast
-import importlib
 import textwrap
-
-from dflash_rocm_plugin.patching import MARK, is_marked, mark, source_of  # noqa: F401 (re-exported)
-
-
-def optional_module(name: str):
-    """The module, or None when this release does not have it or it cannot load here."""
-    try:
-        return importlib.import_module(name)
-    except Exception:  # noqa: BLE001 - ROCm-only modules may fail in odd ways elsewhere
-        return None
-
-
-def on_rocm() -> bool:
-    import torch
-    return getattr(torch.version, "hip", None) is not None
 
 
 def _callee(call: ast.Call) -> str:

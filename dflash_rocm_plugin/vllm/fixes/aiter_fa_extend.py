@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextvars
 import functools
 
-from dflash_rocm_plugin.host_fix_catalogue import Probe
+from dflash_rocm_plugin import ops
+from dflash_rocm_plugin.hostfix import Probe
+from dflash_rocm_plugin.hostfix import code as _code
 from dflash_rocm_plugin.vllm.fixes import _source
 
 FIX_ID = "vllm-aiter-fa-extend-noncausal"
@@ -50,9 +52,9 @@ def probe_module(module) -> Probe:
         return Probe.not_needed("ROCM_AITER_FA has no separate extend path")
     if backend is not None and not backend.supports_non_causal():
         return Probe.not_needed("ROCM_AITER_FA does not claim non-causal support")
-    if _source.is_marked(impl.extend_forward):
+    if _code.is_marked(impl.extend_forward):
         return Probe.not_needed("already patched")
-    src = _source.source_of(impl.extend_forward)
+    src = _code.source_of(impl.extend_forward)
     if src is None:
         return Probe.refuse("ROCM_AITER_FA extend_forward has no source to inspect")
     lines = _source.hardcoded_causal_calls(src, CALLEE)
@@ -64,9 +66,9 @@ def probe_module(module) -> Probe:
 
 
 def probe() -> Probe:
-    if not _source.on_rocm():
+    if not ops.on_rocm():
         return Probe.not_needed("ROCM_AITER_FA only runs on ROCm builds of torch")
-    module = _source.optional_module(MODULE)
+    module = _code.optional_module(MODULE, broken_is_absent=True)
     if module is None:
         return Probe.not_needed("ROCM_AITER_FA is not importable here (no ROCm/AITER)")
     return probe_module(module)
@@ -111,5 +113,5 @@ def patch(state) -> str:
         finally:
             _non_causal.reset(token)
 
-    impl.extend_forward = _source.mark(extend_forward, FIX_ID)
+    impl.extend_forward = _code.mark(extend_forward, FIX_ID)
     return f"{impl.__name__}.extend_forward passes causal=False for non-causal metadata"

@@ -15,7 +15,9 @@ for the draft and rejects an explicit choice with its own reason
 
 from __future__ import annotations
 
-from dflash_rocm_plugin.host_fix_catalogue import Probe
+from dflash_rocm_plugin import ops
+from dflash_rocm_plugin.hostfix import Probe
+from dflash_rocm_plugin.hostfix import code as _code
 from dflash_rocm_plugin.vllm.fixes import _source
 
 FIX_ID = "vllm-noncausal-claims"
@@ -36,9 +38,9 @@ def false_claim(backend) -> str | None:
         impl = backend.get_impl_cls()
     except Exception:  # noqa: BLE001 - not a complete backend
         return None
-    if _source.is_marked(backend.supports_non_causal):
+    if _code.is_marked(backend.supports_non_causal):
         return None
-    src = _source.source_of(impl)
+    src = _code.source_of(impl)
     if src is None:
         return None
     if _source.reads_causal_flag(src):
@@ -56,11 +58,11 @@ def probe_backends(backends) -> Probe:
 
 
 def probe() -> Probe:
-    if not _source.on_rocm():
+    if not ops.on_rocm():
         return Probe.not_needed("ROCm attention backends are only selectable on ROCm builds of torch")
     backends = []
     for name in MODULES:
-        module = _source.optional_module(name)
+        module = _code.optional_module(name, broken_is_absent=True)
         if module is None:
             continue
         backends += [v for v in vars(module).values()
@@ -75,7 +77,7 @@ def _no_non_causal(cls) -> bool:
     return False
 
 
-_source.mark(_no_non_causal, FIX_ID)
+_code.mark(_no_non_causal, FIX_ID)
 
 
 def patch(backends) -> str:

@@ -158,11 +158,3 @@ class KernelPath:
         if not callable(getattr(module, self.attr, None)):
             return f"AITER {version} has no `aiter.{self.attr}`"
         return None
-
-
-def reset() -> None:
-    """Forget the cached import, warnings and disabled paths (tests only)."""
-    global _load_result
-    with _lock:
-        _load_result = None
-        _warned.clear()

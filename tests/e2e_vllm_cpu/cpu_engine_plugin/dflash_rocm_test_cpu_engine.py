@@ -1,7 +1,8 @@
-"""Test-only: let vLLM's CPU engine run the rocm_dflash backend, so CI can drive the real V1
-engine (DFlash included) through the plugin on a machine without a GPU.
+"""Test-only vLLM plugin: let vLLM's CPU engine run the rocm_dflash backend, so CI can drive the
+real V1 engine (DFlash included) through the plugin on a machine without a GPU.
 
-Enabled only when ``DFLASH_ROCM_TEST_CPU_ENGINE=1``; never in production.
+A distribution of its own, installed only into the vllm_cpu test environment; inert unless
+``DFLASH_ROCM_TEST_CPU_ENGINE=1``.
 
 Why a switch is needed at all: vLLM's CPU platform ignores the attention backend the user
 selects and always returns the ``CPU_ATTN`` class path (``CpuPlatform.get_attn_backend_cls``).
@@ -25,7 +26,7 @@ import logging
 import os
 import sys
 
-logger = logging.getLogger("dflash_rocm_plugin.vllm")
+logger = logging.getLogger("dflash_rocm_test_cpu_engine")
 
 SWITCH = "DFLASH_ROCM_TEST_CPU_ENGINE"
 
@@ -36,6 +37,11 @@ def requested() -> bool:
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip() not in ("", "0")
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point."""
+    maybe_enable()
 
 
 def maybe_enable() -> bool:
@@ -53,7 +59,7 @@ def _enable() -> bool:
     from vllm.platforms import current_platform
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    from dflash_rocm_plugin.vllm.registration import BACKEND_PATH
+    from dflash_rocm_plugin.vllm import BACKEND_PATH
 
     if not current_platform.is_cpu():
         logger.warning("dflash_rocm_plugin: %s=1 only applies to vLLM's CPU platform; ignored on %s",

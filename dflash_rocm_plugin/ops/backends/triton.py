@@ -1,0 +1,66 @@
+"""The plugin's own Triton kernels: they serve every call that passed validation."""
+
+from __future__ import annotations
+
+import torch
+
+from dflash_rocm_plugin.ops import _runtime, launch_config, workspace
+from dflash_rocm_plugin.ops.call import AttentionCall
+
+NAME = "triton"
+
+
+def plan(call: AttentionCall) -> launch_config.AttentionLaunch:
+    return launch_config.choose(
+        num_tokens=call.num_tokens, num_seqs=call.num_seqs, num_kv_heads=call.num_kv_heads,
+        group=call.num_q_heads // call.num_kv_heads, head_dim=call.head_dim, kv_capacity=call.kv_capacity,
+        max_query_len=call.max_query_len, num_splits=call.num_kv_splits, device_index=call.q.device.index,
+        page_size=call.page_size)
+
+
+def run(call: AttentionCall) -> None:
+    cfg = plan(call)
+    q, out, k_cache, v_cache = call.q, call.out, call.k_cache, call.v_cache
+    if cfg.num_splits > 1:
+        p_out, p_lse = workspace.partials(q.device, cfg.num_splits, call.num_tokens, call.num_q_heads,
+                                          call.head_dim, call.workspace)
+    else:
+        p_out = p_lse = out  # not read when there is one split
+    kernels, _ = _runtime.kernels()
+    grid = (call.num_tokens // cfg.block_q + call.num_seqs, call.num_kv_heads, cfg.num_splits)
+    kernels.paged_attention_kernel[grid](
+        q, k_cache, v_cache, out,
+        call.block_table, call.seq_lens, call.query_start_loc,
+        p_out, p_lse,
+        call.scale, call.softcap, call.window, call.num_seqs,
+        *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(),
+        *call.block_table.stride(),
+        *_partial_strides(p_out, p_lse, cfg.num_splits),
+        HEAD_DIM=call.head_dim, HEAD_DIM_PAD=cfg.head_dim_pad,
+        GQA=call.num_q_heads // call.num_kv_heads, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n, PAGE_SIZE=call.page_size, CAUSAL=call.causal, USE_WINDOW=call.window > 0,
+        USE_SOFTCAP=call.softcap > 0.0, NUM_SPLITS=cfg.num_splits,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else None,
+        PAGE_IDS_ASM=cfg.page_ids_asm, OVERLAP_QK=cfg.overlap_qk,
+        OFFSETS_32=cfg.offsets_32 and _fits_int32(k_cache) and _fits_int32(v_cache),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if cfg.num_splits > 1:
+        kernels.merge_splits_kernel[(call.num_tokens, call.num_q_heads)](
+            out, p_out, p_lse, call.query_start_loc, call.num_seqs,
+            *out.stride(), *_partial_strides(p_out, p_lse, cfg.num_splits),
+            HEAD_DIM=call.head_dim, HEAD_DIM_PAD=cfg.head_dim_pad,
+            NUM_SPLITS=cfg.num_splits, SPLITS_PAD=max(2, _runtime.next_power_of_2(cfg.num_splits)),
+            num_warps=cfg.merge_warps,
+        )
+
+
+def _fits_int32(cache: torch.Tensor) -> bool:
+    """Every element's offset from the base fits in int32 (the kernel's 32-bit address math)."""
+    return sum((n - 1) * abs(st) for n, st in zip(cache.shape, cache.stride())) < 2**31
+
+
+def _partial_strides(p_out: torch.Tensor, p_lse: torch.Tensor, num_splits: int):
+    if num_splits == 1:
+        return (0, 0, 0, 0, 0)
+    return (p_out.stride(0), p_out.stride(1), p_out.stride(2), p_lse.stride(0), p_lse.stride(1))

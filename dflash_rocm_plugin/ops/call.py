@@ -1,0 +1,54 @@
+"""One validated ``paged_attention`` call, as every kernel backend receives it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionCall:
+    q: torch.Tensor                 # [num_tokens, num_q_heads, head_dim]
+    k_cache: torch.Tensor           # [num_blocks, page_size, num_kv_heads, head_dim]
+    v_cache: torch.Tensor
+    block_table: torch.Tensor       # int32 [>= num_seqs, pages per sequence]
+    seq_lens: torch.Tensor          # int32 [num_seqs]
+    query_start_loc: torch.Tensor   # int32 [num_seqs + 1]
+    out: torch.Tensor               # like q
+    causal: bool
+    scale: float
+    window: int                     # 0: no sliding window
+    softcap: float                  # 0.0: no softcap
+    max_query_len: int | None       # host-known bound on query rows per sequence
+    num_kv_splits: int | None       # forced split count (tuning), else chosen from shapes
+    workspace: torch.Tensor | None  # caller-owned split-KV scratch
+
+    @property
+    def num_tokens(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def num_seqs(self) -> int:
+        return self.seq_lens.shape[0]
+
+    @property
+    def num_q_heads(self) -> int:
+        return self.q.shape[1]
+
+    @property
+    def head_dim(self) -> int:
+        return self.q.shape[2]
+
+    @property
+    def page_size(self) -> int:
+        return self.k_cache.shape[1]
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.k_cache.shape[2]
+
+    @property
+    def kv_capacity(self) -> int:
+        """Keys a block-table row can address: an upper bound on any sequence's length."""
+        return self.block_table.shape[1] * self.page_size

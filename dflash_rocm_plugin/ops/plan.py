@@ -1,0 +1,76 @@
+"""What a call would run, and how much split-KV scratch a caller must own, from shapes alone.
+
+Benchmarks, sweeps, the demo and doctor ask here instead of re-deriving the launch choice; hosts
+size their one workspace here.  Nothing reads device memory, so these answers are what graph
+capture and replay will run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from dflash_rocm_plugin.ops import backends, launch_config, workspace
+
+AttentionLaunch = launch_config.AttentionLaunch
+forced_launch = launch_config.forced
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchDescription:
+    backend: str                      # "triton", "aiter", or "error" (the call would raise)
+    reason: str                       # why that backend
+    launch: AttentionLaunch | None    # Triton's tiles, warps, stages and KV splits
+    workspace_floats: int             # split-KV scratch this call needs (0: none)
+
+
+def describe_launch(*, num_tokens: int, num_seqs: int, num_q_heads: int, num_kv_heads: int, head_dim: int,
+                    page_size: int, kv_capacity: int, causal: bool = False, dtype=torch.bfloat16,
+                    max_query_len: int | None = None, num_kv_splits: int | None = None,
+                    sliding_window: int | None = None, softcap: float | None = None,
+                    device=None, backend: str | None = None) -> LaunchDescription:
+    """The backend and launch ``paged_attention`` would use for a call of these shapes (host-standard
+    cache layouts on the GPU).  ``kv_capacity`` = block-table width x page size."""
+    index = None if device is None else torch.device(device).index
+    name, reason = backends.attention_backend_for(
+        causal=causal, window=sliding_window or 0, softcap=softcap or 0.0, dtype=dtype, head_dim=head_dim,
+        num_kv_splits=num_kv_splits, backend=backend)
+    if name != "triton":
+        return LaunchDescription(name, reason, None, 0)
+    cfg = launch_config.choose(
+        num_tokens=num_tokens, num_seqs=num_seqs, num_kv_heads=num_kv_heads, group=num_q_heads // num_kv_heads,
+        head_dim=head_dim, kv_capacity=kv_capacity, max_query_len=max_query_len, num_splits=num_kv_splits,
+        device_index=index, page_size=page_size)
+    floats = workspace.elements(cfg.num_splits, num_tokens, num_q_heads, head_dim) if cfg.num_splits > 1 else 0
+    return LaunchDescription(name, reason, cfg, floats)
+
+
+def workspace_floats(*, num_q_heads: int, num_kv_heads: int, head_dim: int, max_num_seqs: int,
+                     max_kv_len: int, device=None) -> int:
+    """float32 elements of split-KV scratch that cover every call with up to ``max_num_seqs``
+    sequences of up to ``max_kv_len`` keys (block-table width x page size), whatever their query
+    lengths: allocate that once and pass it as ``paged_attention(..., workspace=)``.  0: no such
+    call splits.
+
+    A launch splits only when every sequence fits one query tile, so its rows are at most
+    ``num_seqs x block_q``; the bound walks each sequence count and query-tile size through the
+    same chooser the calls use.
+    """
+    index = None if device is None else torch.device(device).index
+    group = num_q_heads // num_kv_heads
+    need = 0
+    for num_seqs in range(1, max_num_seqs + 1):
+        rows = 1
+        while True:
+            cfg = launch_config.choose(
+                num_tokens=num_seqs * rows, num_seqs=num_seqs, num_kv_heads=num_kv_heads, group=group,
+                head_dim=head_dim, kv_capacity=max_kv_len, max_query_len=rows, num_splits=None,
+                device_index=index)
+            if cfg.num_splits > 1:
+                need = max(need, workspace.elements(cfg.num_splits, num_seqs * cfg.block_q, num_q_heads, head_dim))
+            if cfg.block_q < rows:
+                break
+            rows *= 2
+    return need
+

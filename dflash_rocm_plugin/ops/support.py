@@ -1,0 +1,142 @@
+"""What the attention ops support, and why not: every support fact of the plugin, once.
+
+Both host adapters describe a layer as an :class:`AttentionSpec` and ask :func:`supports`; they
+translate the answer into their host's refusal (vLLM's backend validation, SGLang's start-up
+check) and never restate a limit.  ``paged_attention``'s argument checks read the same facts, so
+a configuration a host accepted cannot fail later for a reason the host was not told.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from dflash_rocm_plugin.ops import _runtime
+
+MIN_HEAD_DIM, MAX_HEAD_DIM, HEAD_DIM_MULTIPLE = 16, 256, 8
+HEAD_DIMS = tuple(range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1, HEAD_DIM_MULTIPLE))
+MAX_GQA_GROUP = 64
+# Query/output dtypes.  float32 is for tests (exact under the interpreter).
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# Cache element types, each read as the query's dtype.
+KV_CACHE_DTYPES = DTYPES
+
+# Features a host may ask for that no kernel path here implements: name -> what it is.
+UNSUPPORTED_FEATURES = {
+    "alibi": "ALiBi position biases",
+    "sinks": "attention sinks",
+    "mla": "multi-head latent attention (MLA)",
+    "sparse": "sparse attention",
+    "cross_attention": "encoder-decoder (cross) attention",
+    "encoder": "encoder attention (no paged KV cache)",
+    "bidirectional_decoder": "bidirectional decoder attention over the whole sequence",
+    "mm_prefix": "multimodal prefix-LM (partial full-attention) ranges",
+    "chunked_local": "chunked local attention",
+    "output_quant": "fused output quantization",
+    "return_lse": "returning the softmax log-sum-exp",
+    "score_mod": "score modifiers",
+    "non_tanh_softcap": "logit capping other than tanh",
+    "per_request_causal": "per-request causal masks (causal must hold for the whole batch)",
+    "tree_mask": "tree-shaped (custom) attention masks",
+}
+
+
+class Unsupported(ValueError):
+    """A configuration the plugin cannot serve; the message says what and what is supported."""
+
+
+def _names(dtypes) -> str:
+    return ", ".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+def head_dim_problem(head_dim) -> str | None:
+    if isinstance(head_dim, int) and head_dim in HEAD_DIMS:
+        return None
+    return (f"head_dim {head_dim} is not supported (multiples of {HEAD_DIM_MULTIPLE} from {MIN_HEAD_DIM} "
+            f"to {MAX_HEAD_DIM}, e.g. 64, 80, 96, 128, 192, 256)")
+
+
+def dtype_problem(dtype) -> str | None:
+    if dtype is None or dtype in DTYPES:  # None: not known to the caller (checked per call)
+        return None
+    return f"dtype {dtype} is not supported (supported: {_names(DTYPES)})"
+
+
+def kv_cache_dtype_problem(kv_cache_dtype, dtype) -> str | None:
+    """``kv_cache_dtype`` None means the model dtype; ``dtype`` None, a model dtype not known yet."""
+    if kv_cache_dtype is None or kv_cache_dtype == dtype or (dtype is None and kv_cache_dtype in KV_CACHE_DTYPES):
+        return None
+    if kv_cache_dtype in KV_CACHE_DTYPES:
+        return (f"KV cache dtype {kv_cache_dtype} differs from the model dtype {dtype}; the cache must hold "
+                "the model dtype")
+    return (f"KV cache dtype {kv_cache_dtype} is not supported (supported: {_names(KV_CACHE_DTYPES)} in the "
+            "model dtype; quantized caches are not)")
+
+
+def heads_problem(num_q_heads, num_kv_heads) -> str | None:
+    if num_q_heads is None or num_kv_heads is None:
+        return None
+    if num_kv_heads < 1 or num_q_heads % num_kv_heads:
+        return f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"
+    if num_q_heads // num_kv_heads > MAX_GQA_GROUP:
+        return f"GQA group {num_q_heads // num_kv_heads} is above the supported maximum {MAX_GQA_GROUP}"
+    return None
+
+
+def v_head_dim_problem(head_dim, v_head_dim) -> str | None:
+    if v_head_dim is None or v_head_dim == head_dim:
+        return None
+    return f"v_head_dim {v_head_dim} differs from head_dim {head_dim} (K and V must share one head size)"
+
+
+def features_problem(features) -> str | None:
+    unknown = set(features) - set(UNSUPPORTED_FEATURES)
+    if unknown:
+        raise ValueError(f"unknown attention features {sorted(unknown)}; known: {sorted(UNSUPPORTED_FEATURES)}")
+    asked = [UNSUPPORTED_FEATURES[f] for f in sorted(features)]
+    return f"{', '.join(asked)} {'is' if len(asked) == 1 else 'are'} not supported" if asked else None
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionSpec:
+    """One attention layer as a host would configure it for the plugin.
+
+    ``kv_cache_dtype`` None means the model dtype.  ``features`` names anything beyond plain
+    causal/non-causal paged self-attention with optional window and softcap (see
+    ``UNSUPPORTED_FEATURES``).
+    """
+
+    head_dim: int
+    dtype: torch.dtype | None        # None: not known yet (checked again per call)
+    kv_cache_dtype: torch.dtype | None = None
+    num_q_heads: int | None = None
+    num_kv_heads: int | None = None
+    v_head_dim: int | None = None
+    sliding_window: int | None = None
+    softcap: float | None = None
+    features: frozenset = frozenset()
+
+
+def supports(spec: AttentionSpec) -> str | None:
+    """None when the plugin serves ``spec``; otherwise every reason it does not, in one string."""
+    reasons = [r for r in (
+        _runtime.triton_problem(),
+        head_dim_problem(spec.head_dim),
+        v_head_dim_problem(spec.head_dim, spec.v_head_dim),
+        dtype_problem(spec.dtype),
+        kv_cache_dtype_problem(spec.kv_cache_dtype, spec.dtype),
+        heads_problem(spec.num_q_heads, spec.num_kv_heads),
+        None if spec.sliding_window is None or spec.sliding_window > 0
+        else f"sliding_window {spec.sliding_window} must be positive",
+        None if spec.softcap is None or spec.softcap > 0 else f"softcap {spec.softcap} must be positive",
+        features_problem(spec.features),
+    ) if r]
+    return "; ".join(reasons) or None
+
+
+def require(spec: AttentionSpec) -> None:
+    """Raise :class:`Unsupported` with the reasons when ``spec`` is not served."""
+    reason = supports(spec)
+    if reason is not None:
+        raise Unsupported(f"rocm_dflash: {reason}")
