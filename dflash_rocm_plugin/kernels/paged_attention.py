@@ -18,6 +18,15 @@ Masking, with ``p`` the absolute position of a query row
   * sliding window ``W``: key ``j`` is visible iff ``p - j < W``.
 Softmax runs in base 2 with the scale folded into the exponent.
 
+Optional per-call features, all compile-time switches so the plain kernel is unchanged:
+  * attention sinks: a learned per-head logit (in the units of the scaled scores) joins the
+    softmax denominator once and adds no value.  It seeds the running max and sum of split 0
+    (``m = sink``, ``l = 1``); other splits start empty, so the merge counts it exactly once.
+  * fp8 caches (e4m3fn, e4m3fnuz) with per-tensor or per-KV-head scales: ``k_scale`` is folded
+    into the softmax scale and ``v_scale`` applied to the finished row (one program serves one
+    KV head, so both are scalars here).  Tiles are converted to the dot dtype after loading.
+  * UPCAST_DOTS: dots in fp32 (the Triton interpreter's bf16 dots are wrong).
+
 The key loop runs in two phases (as in Triton's fused-attention tutorial): the
 tiles every row of the program may fully see run without any mask; the few
 tiles at the causal diagonal, the sequence end or a window edge run masked.
@@ -53,6 +62,8 @@ Four launch-time choices serve that streaming:
 
 import triton
 import triton.language as tl
+
+from dflash_rocm_plugin.kernels import fp8
 
 
 @triton.jit
@@ -105,8 +116,17 @@ def _kv_offsets(
 
 
 @triton.jit
+def _dot_operand(x, like, SOFT_FP8: tl.constexpr):
+    """A loaded K or V tile in the dot's dtype (that of ``like``)."""
+    if SOFT_FP8:
+        x = fp8.decode_e4m3(x, SOFT_FP8 == 2)
+    return x.to(like.dtype)
+
+
+@triton.jit
 def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
-            MASKED: tl.constexpr, USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
+            MASKED: tl.constexpr, USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+            SOFT_FP8: tl.constexpr):
     """Q K^T of one key tile, scaled into the base-2 exponent domain."""
     LOG2E: tl.constexpr = 1.4426950408889634
     # K is read as [D, N] so the dot needs no transpose; each key's D values
@@ -117,7 +137,7 @@ def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softc
     else:
         k = tl.load(k_cache_ptr + k_off[None, :] + dims[:, None] * stride_kd,
                     mask=dim_ok[:, None], other=0.0)
-    s = tl.dot(q, k, input_precision=DOT_PRECISION)
+    s = tl.dot(q, _dot_operand(k, q, SOFT_FP8), input_precision=DOT_PRECISION)
     if USE_SOFTCAP:
         s = softcap * _tanh(s * (scale / softcap)) * LOG2E
     else:
@@ -126,8 +146,8 @@ def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softc
 
 
 @triton.jit
-def _softmax_pv(acc, l_i, m_i, s, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
-                MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+def _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
+                MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr, SOFT_FP8: tl.constexpr):
     """Online-softmax update of (acc, l, m) by one tile of scores and its V rows."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     if MASKED:
@@ -146,7 +166,7 @@ def _softmax_pv(acc, l_i, m_i, s, v_cache_ptr, v_off, key_ok, dims, dim_ok, stri
         v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :] * stride_vd,
                     mask=dim_ok[None, :], other=0.0)
     acc = acc * alpha[:, None]
-    acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+    acc = tl.dot(p.to(q.dtype), _dot_operand(v, q, SOFT_FP8), acc, input_precision=DOT_PRECISION)
     return acc, l_i, m_new
 
 
@@ -160,6 +180,7 @@ def _attend_tile(
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr,
     CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
+    SOFT_FP8: tl.constexpr,
 ):
     """One BLOCK_N-key step of the online softmax for all BLOCK_M query rows.
 
@@ -172,7 +193,7 @@ def _attend_tile(
                                stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, MASKED, PAGE_IDS_ASM, OFFSETS_32)
     s = _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
-                MASKED, USE_SOFTCAP, DOT_PRECISION)
+                MASKED, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8)
     if MASKED:
         visible = key_ok[None, :]
         if CAUSAL:
@@ -180,8 +201,8 @@ def _attend_tile(
         if USE_WINDOW:
             visible = visible & ((q_pos[:, None] - key[None, :]) < window)
         s = tl.where(visible, s, float("-inf"))
-    return _softmax_pv(acc, l_i, m_i, s, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
-                       MASKED, DOT_PRECISION)
+    return _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
+                       MASKED, DOT_PRECISION, SOFT_FP8)
 
 
 @triton.jit
@@ -193,6 +214,7 @@ def _attend_full_tiles_overlapped(
     dims, dim_ok,
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
+    SOFT_FP8: tl.constexpr,
 ):
     """The unmasked tiles [tile_lo, full_hi) with Q K^T of tile t+1 issued before tile t's softmax.
 
@@ -207,19 +229,19 @@ def _attend_full_tiles_overlapped(
     k_off, _ = _kv_offsets(key, key_ok, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
                            stride_vs, stride_vh, stride_vb, stride_btb, PAGE_SIZE, True, False, OFFSETS_32)
     s = _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
-                False, USE_SOFTCAP, DOT_PRECISION)
+                False, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8)
     for t in range(tile_lo, full_hi):
         key_next = kv_begin + tl.minimum(t + 1, full_hi - 1) * BLOCK_N + cols
         k_off, _ = _kv_offsets(key_next, None, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
                                stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
         s_next = _scores(q, k_cache_ptr, k_off, None, dims, dim_ok, stride_kd, scale, softcap,
-                         False, USE_SOFTCAP, DOT_PRECISION)
+                         False, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8)
         _, v_off = _kv_offsets(kv_begin + t * BLOCK_N + cols, None, bt_row, kv_head, stride_ks, stride_kh,
                                stride_kb, stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
-        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, v_cache_ptr, v_off, None, dims, dim_ok, stride_vd,
-                                    False, DOT_PRECISION)
+        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, None, dims, dim_ok, stride_vd,
+                                    False, DOT_PRECISION, SOFT_FP8)
         s = s_next
     return acc, l_i, m_i
 
@@ -229,6 +251,7 @@ def paged_attention_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
     block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
     partial_out_ptr, partial_lse_ptr,
+    sinks_ptr, k_scale_ptr, v_scale_ptr, k_scale_stride, v_scale_stride,
     scale, softcap, window, num_seqs,
     stride_qt, stride_qh, stride_qd,
     stride_kb, stride_ks, stride_kh, stride_kd,
@@ -243,6 +266,8 @@ def paged_attention_kernel(
     CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr, OVERLAP_QK: tl.constexpr,
+    USE_SINKS: tl.constexpr, USE_K_SCALE: tl.constexpr, USE_V_SCALE: tl.constexpr,
+    SOFT_FP8: tl.constexpr, UPCAST_DOTS: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -270,6 +295,12 @@ def paged_attention_kernel(
     q_rows = (q_start + q_tok).to(tl.int64) * stride_qt + head * stride_qh
     q = tl.load(q_ptr + q_rows[:, None] + dims[None, :] * stride_qd,
                 mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+    if UPCAST_DOTS:
+        q = q.to(tl.float32)
+    if USE_K_SCALE:
+        # Dequantized K is k * k_scale (stride 0: per tensor, 1: per KV head): fold it into the
+        # softmax scale.  v_scale is applied to the finished rows.
+        scale = scale * tl.load(k_scale_ptr + kv_head * k_scale_stride)
 
     # Key range of this tile: [kv_begin, kv_end).  Keys below full_end are
     # visible to every row, so those tiles skip the mask entirely.
@@ -295,6 +326,13 @@ def paged_attention_kernel(
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
+    if USE_SINKS:
+        # The sink is one more logit, e^{sink}, with no value: it seeds split 0's running max and
+        # sum so that the merge of the splits counts it exactly once.
+        LOG2E: tl.constexpr = 1.4426950408889634
+        sink = tl.load(sinks_ptr + head, mask=row_ok, other=float("-inf")).to(tl.float32) * LOG2E
+        m_i = tl.where(split == 0, sink, m_i)
+        l_i = tl.where(split == 0, 1.0, l_i)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
     bt_row = block_table_ptr + seq.to(tl.int64) * stride_bts
 
@@ -304,7 +342,7 @@ def paged_attention_kernel(
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
-            dims, dim_ok, BLOCK_N, PAGE_SIZE, USE_SOFTCAP, DOT_PRECISION, PAGE_IDS_ASM, OFFSETS_32)
+            dims, dim_ok, BLOCK_N, PAGE_SIZE, USE_SOFTCAP, DOT_PRECISION, PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
     else:
         for t in range(tile_lo, full_hi):
             acc, l_i, m_i = _attend_tile(
@@ -313,7 +351,7 @@ def paged_attention_kernel(
                 stride_ks, stride_kh, stride_kd, stride_kb,
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
                 dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-                PAGE_IDS_ASM, OFFSETS_32)
+                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
     for t in range(tl.maximum(tile_lo, full_hi), tile_hi):
         acc, l_i, m_i = _attend_tile(
             acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
@@ -321,10 +359,12 @@ def paged_attention_kernel(
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
             dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-            PAGE_IDS_ASM, OFFSETS_32)
+            PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
 
     has_keys = l_i > 0.0
     acc = acc / tl.where(has_keys, l_i, 1.0)[:, None]
+    if USE_V_SCALE:
+        acc = acc * tl.load(v_scale_ptr + kv_head * v_scale_stride)
     store_mask = row_ok[:, None] & dim_ok[None, :]
     tok = (q_start + q_tok).to(tl.int64)
     if NUM_SPLITS == 1:

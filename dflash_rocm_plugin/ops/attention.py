@@ -20,6 +20,9 @@ def paged_attention(
     scale: float | None = None,
     sliding_window: int | None = None,
     softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     max_query_len: int | None = None,
     workspace: torch.Tensor | None = None,
@@ -31,7 +34,9 @@ def paged_attention(
     Args:
         q: ``[num_tokens, num_q_heads, head_dim]``.
         k_cache, v_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``, any strides
-            (views of a host's cache are read in place).
+            (views of a host's cache are read in place); q's dtype, or fp8 ``float8_e4m3fn`` /
+            ``float8_e4m3fnuz`` (a host keeping the cache as uint8 passes a ``.view()`` of its
+            fp8 dtype), where a cached value means ``cache.float() * scale``.
         block_table: int32 ``[>= num_seqs, max_blocks_per_seq]``.
         seq_lens: int32 ``[num_seqs]``: KV length of each sequence including this step's
             tokens, which must already be in the cache.
@@ -43,6 +48,11 @@ def paged_attention(
         scale: softmax scale, default ``head_dim ** -0.5``.
         sliding_window: key ``j`` is visible to the query at position ``p`` iff ``p - j < window``.
         softcap: logits become ``softcap * tanh(logits / softcap)``.
+        sinks: ``[num_q_heads]`` logits (float32, or q's dtype), in the units of the scaled (and
+            softcapped) scores: row ``r`` of head ``h`` is ``sum_j e^{s_j} v_j / (sum_j e^{s_j} +
+            e^{sinks[h]})``; the sink adds to the denominator once and contributes no value.
+        k_scale, v_scale: None (1.0) or float32 tensors of 1 element (per tensor) or
+            ``num_kv_heads`` elements (per KV head), for fp8 caches; read on the device.
         out: written in place when given (any strides); otherwise allocated.
         max_query_len: optional host-known upper bound on query rows per sequence; lets
             decode batches use smaller tiles.  Never read from the device.
@@ -69,12 +79,24 @@ def paged_attention(
             raise ValueError(f"{name} has dtype {cache.dtype} and q has {q.dtype}: {problem}")
     if k_cache.shape != v_cache.shape:
         raise ValueError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ in shape")
+    if k_cache.dtype != v_cache.dtype:
+        raise ValueError(f"k_cache holds {k_cache.dtype} but v_cache {v_cache.dtype}; both must hold one dtype")
     _, block_size, num_kv_heads, cache_head_dim = k_cache.shape
     if cache_head_dim != head_dim:
         raise ValueError(f"k_cache head_dim {cache_head_dim} differs from q head_dim {head_dim}")
     if block_size < 1:
         raise ValueError("k_cache.shape[1] (block_size) must be >= 1")
     _validate.heads("k_cache.shape[2] (num_kv_heads)", num_q_heads, num_kv_heads)
+    for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+        problem = support.kv_scale_problem(value, k_cache.dtype, num_kv_heads)
+        if problem:
+            raise ValueError(f"{name} {problem}")
+        if value is not None:
+            _validate.tensor(name, value, device=device)
+    if sinks is not None:
+        _validate.tensor("sinks", sinks, dtypes=support.SINK_DTYPES, device=device)
+        if sinks.numel() != num_q_heads:
+            raise ValueError(f"sinks has {sinks.numel()} elements; expected one per query head ({num_q_heads})")
 
     _validate.tensor("seq_lens", seq_lens, ndim=1, dtypes=_validate.INDEX_DTYPES, device=device)
     num_seqs = seq_lens.shape[0]
@@ -111,6 +133,7 @@ def paged_attention(
         return out
     call = AttentionCall(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, out, causal=causal,
                          scale=scale, window=window, softcap=cap, max_query_len=max_query_len,
-                         num_kv_splits=num_kv_splits, workspace=workspace)
+                         num_kv_splits=num_kv_splits, workspace=workspace, sinks=sinks,
+                         k_scale=k_scale, v_scale=v_scale)
     backends.run_attention(call, backend)
     return out

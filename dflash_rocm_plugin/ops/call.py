@@ -23,6 +23,9 @@ class AttentionCall:
     max_query_len: int | None       # host-known bound on query rows per sequence
     num_kv_splits: int | None       # forced split count (tuning), else chosen from shapes
     workspace: torch.Tensor | None  # caller-owned split-KV scratch
+    sinks: torch.Tensor | None = None    # [num_q_heads] logits, or None
+    k_scale: torch.Tensor | None = None  # float32 [1] or [num_kv_heads]; fp8 caches only
+    v_scale: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -47,6 +50,10 @@ class AttentionCall:
     @property
     def num_kv_heads(self) -> int:
         return self.k_cache.shape[2]
+
+    @property
+    def fp8(self) -> bool:
+        return self.k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 
     @property
     def kv_capacity(self) -> int:

@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import torch
 
-from dflash_rocm_plugin.ops import _runtime, _validate
+from dflash_rocm_plugin.ops import _runtime, _validate, support
 
 SLOT_DTYPES = (torch.int32, torch.int64)
+_FP8_CODES = {torch.float8_e4m3fn: 1, torch.float8_e4m3fnuz: 2}
 
 
 def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
-                   v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+                   v_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: torch.Tensor | None = None,
+                   v_scale: torch.Tensor | None = None) -> None:
     """``k_cache[slot // bs, slot % bs] = key[i]`` (same for V) for every ``slot = slot_mapping[i] >= 0``.
 
     key, value: ``[>= num_slots, num_kv_heads, head_dim]`` (any strides); caches
-    ``[num_blocks, block_size, num_kv_heads, head_dim]`` (any strides); ``slot_mapping``
-    int32/int64 ``[num_slots]``; negative slots (padding) are skipped.
+    ``[num_blocks, block_size, num_kv_heads, head_dim]`` (any strides) in key's dtype or an fp8
+    format (``float8_e4m3fn`` / ``float8_e4m3fnuz``); ``slot_mapping`` int32/int64 ``[num_slots]``;
+    negative slots (padding) are skipped.  An fp8 cache stores ``key / k_scale`` rounded to nearest
+    even and saturated to the format's largest finite value (448 / 240), i.e.
+    ``(key.float() / k_scale).clamp(-max, max).to(fmt)``; scales as for ``paged_attention``.
     """
     _validate.tensor("key", key, ndim=3, dtypes=_validate.ATTENTION_DTYPES)
     device = key.device
     _runtime.require_launchable(device)
     _validate.tensor("value", value, ndim=3, dtypes=(key.dtype,), device=device)
-    _validate.tensor("k_cache", k_cache, ndim=4, dtypes=(key.dtype,), device=device)
-    _validate.tensor("v_cache", v_cache, ndim=4, dtypes=(key.dtype,), device=device)
+    cache_dtypes = (key.dtype,) + support.FP8_KV_CACHE_DTYPES
+    _validate.tensor("k_cache", k_cache, ndim=4, dtypes=cache_dtypes, device=device)
+    _validate.tensor("v_cache", v_cache, ndim=4, dtypes=(k_cache.dtype,), device=device)
     _validate.tensor("slot_mapping", slot_mapping, ndim=1, dtypes=SLOT_DTYPES, device=device)
     if key.shape != value.shape:
         raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} differ in shape")
@@ -35,14 +41,26 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
     num_slots = slot_mapping.shape[0]
     if key.shape[0] < num_slots:
         raise ValueError(f"slot_mapping has {num_slots} entries but key has only {key.shape[0]} tokens")
+    _, block_size, num_kv_heads, head_dim = k_cache.shape
+    for name, value_scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        problem = support.kv_scale_problem(value_scale, k_cache.dtype, num_kv_heads)
+        if problem:
+            raise ValueError(f"{name} {problem}")
+        if value_scale is not None:
+            _validate.tensor(name, value_scale, device=device)
     if num_slots == 0:
         return
     _, kv = _runtime.kernels()
-    _, block_size, num_kv_heads, head_dim = k_cache.shape
+    fp8 = _FP8_CODES.get(k_cache.dtype, 0)
+    if fp8:  # stored as bytes (kernels/kv_cache.py)
+        k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
     kv.write_kv_cache_kernel[(num_slots,)](
         key, value, k_cache, v_cache, slot_mapping,
+        key if k_scale is None else k_scale, key if v_scale is None else v_scale,
+        int(k_scale is not None and k_scale.numel() > 1), int(v_scale is not None and v_scale.numel() > 1),
         num_kv_heads, head_dim, block_size,
         *key.stride(), *value.stride(), *k_cache.stride(), *v_cache.stride(),
         BLOCK_H=_runtime.next_power_of_2(num_kv_heads), BLOCK_D=_runtime.next_power_of_2(head_dim),
+        FP8=fp8, USE_K_SCALE=k_scale is not None, USE_V_SCALE=v_scale is not None,
         num_warps=4 if num_kv_heads * head_dim >= 1024 else 1,
     )

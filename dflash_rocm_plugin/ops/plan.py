@@ -28,14 +28,14 @@ class LaunchDescription:
 def describe_launch(*, num_tokens: int, num_seqs: int, num_q_heads: int, num_kv_heads: int, head_dim: int,
                     page_size: int, kv_capacity: int, causal: bool = False, dtype=torch.bfloat16,
                     max_query_len: int | None = None, num_kv_splits: int | None = None,
-                    sliding_window: int | None = None, softcap: float | None = None,
-                    device=None, backend: str | None = None) -> LaunchDescription:
+                    sliding_window: int | None = None, softcap: float | None = None, sinks: bool = False,
+                    kv_cache_dtype=None, device=None, backend: str | None = None) -> LaunchDescription:
     """The backend and launch ``paged_attention`` would use for a call of these shapes (host-standard
     cache layouts on the GPU).  ``kv_capacity`` = block-table width x page size."""
     index = None if device is None else torch.device(device).index
     name, reason = backends.attention_backend_for(
         causal=causal, window=sliding_window or 0, softcap=softcap or 0.0, dtype=dtype, head_dim=head_dim,
-        num_kv_splits=num_kv_splits, backend=backend)
+        num_kv_splits=num_kv_splits, backend=backend, sinks=sinks, kv_cache_dtype=kv_cache_dtype)
     if name != "triton":
         return LaunchDescription(name, reason, None, 0)
     cfg = launch_config.choose(

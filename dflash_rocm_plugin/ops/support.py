@@ -19,13 +19,21 @@ HEAD_DIMS = tuple(range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1, HEAD_DIM_MULTIPLE))
 MAX_GQA_GROUP = 64
 # Query/output dtypes.  float32 is for tests (exact under the interpreter).
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-# Cache element types, each read as the query's dtype.
-KV_CACHE_DTYPES = DTYPES
+# fp8 caches: e4m3fn (OCP: MI355X/gfx950, NVIDIA) and e4m3fnuz (MI300X/gfx942), each with its own
+# largest finite value.  A cached value means ``cache.float() * scale``.  Reading one format's
+# bytes as the other is silently wrong (NaN codes, a factor of 2), so the dtype is the format.
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 240.0}
+FP8_KV_CACHE_DTYPES = tuple(FP8_MAX)
+# Cache element types: the model dtype itself, or an fp8 format with any model dtype.
+KV_CACHE_DTYPES = DTYPES + FP8_KV_CACHE_DTYPES
+# KV scales: per tensor (1 element) or per KV head, float32, on the device.
+KV_SCALE_DTYPE = torch.float32
+# Sinks: one logit per query head, in the units of the scaled scores.
+SINK_DTYPES = DTYPES
 
 # Features a host may ask for that no kernel path here implements: name -> what it is.
 UNSUPPORTED_FEATURES = {
     "alibi": "ALiBi position biases",
-    "sinks": "attention sinks",
     "mla": "multi-head latent attention (MLA)",
     "sparse": "sparse attention",
     "cross_attention": "encoder-decoder (cross) attention",
@@ -65,13 +73,30 @@ def dtype_problem(dtype) -> str | None:
 
 def kv_cache_dtype_problem(kv_cache_dtype, dtype) -> str | None:
     """``kv_cache_dtype`` None means the model dtype; ``dtype`` None, a model dtype not known yet."""
-    if kv_cache_dtype is None or kv_cache_dtype == dtype or (dtype is None and kv_cache_dtype in KV_CACHE_DTYPES):
+    if kv_cache_dtype is None or kv_cache_dtype == dtype or kv_cache_dtype in FP8_KV_CACHE_DTYPES:
         return None
-    if kv_cache_dtype in KV_CACHE_DTYPES:
-        return (f"KV cache dtype {kv_cache_dtype} differs from the model dtype {dtype}; the cache must hold "
-                "the model dtype")
-    return (f"KV cache dtype {kv_cache_dtype} is not supported (supported: {_names(KV_CACHE_DTYPES)} in the "
-            "model dtype; quantized caches are not)")
+    if kv_cache_dtype in DTYPES:
+        if dtype is None:
+            return None
+        return (f"KV cache dtype {kv_cache_dtype} differs from the model dtype {dtype}; an unquantized cache "
+                "must hold the model dtype")
+    return (f"KV cache dtype {kv_cache_dtype} is not supported (supported: the model dtype, or fp8 "
+            f"{_names(FP8_KV_CACHE_DTYPES)} with per-tensor or per-KV-head float32 scales)")
+
+
+def kv_scale_problem(scale, kv_cache_dtype, num_kv_heads) -> str | None:
+    """A K or V scale: None (1.0), or float32 with 1 or ``num_kv_heads`` elements, for fp8 caches only."""
+    if scale is None:
+        return None
+    if kv_cache_dtype not in FP8_KV_CACHE_DTYPES:
+        return f"a scale only applies to an fp8 cache (the cache holds {kv_cache_dtype})"
+    if not isinstance(scale, torch.Tensor) or scale.dtype != KV_SCALE_DTYPE:
+        got = scale.dtype if isinstance(scale, torch.Tensor) else type(scale).__name__
+        return f"must be a float32 tensor (got {got}); pass a 1-element tensor for a per-tensor scale"
+    if scale.numel() not in (1, num_kv_heads):
+        return (f"has {scale.numel()} elements; expected 1 (per tensor) or num_kv_heads = {num_kv_heads} "
+                "(per KV head)")
+    return None
 
 
 def heads_problem(num_q_heads, num_kv_heads) -> str | None:

@@ -23,8 +23,12 @@ class PagedCase:
 
 def build(seq_lens, q_lens, *, num_q_heads=4, num_kv_heads=2, head_dim=32, block_size=16,
           dtype=torch.float32, layout="contiguous", padding_rows=0, extra_table_cols=2,
-          seed=0) -> PagedCase:
+          seed=0, cache_dtype=None) -> PagedCase:
     """A batch whose sequence i has ``seq_lens[i]`` keys and its last ``q_lens[i]`` positions as queries.
+
+    Every cache slot no sequence owns -- spare blocks, and each last page's slots past its
+    sequence's end -- holds NaN, so a kernel that reads one fails.  ``cache_dtype`` (an fp8 format)
+    stores the caches in it (NaN codes in the unowned slots).
 
     layout:
       "contiguous"  caches are plain [blocks, block_size, H, D] tensors;
@@ -51,6 +55,15 @@ def build(seq_lens, q_lens, *, num_q_heads=4, num_kv_heads=2, head_dim=32, block
         raise ValueError(layout)
 
     perm = torch.randperm(num_blocks, generator=gen)
+    owned = torch.zeros(num_blocks, block_size, dtype=torch.bool)
+    used = 0
+    for n, s in zip(pages_per_seq, seq_lens):
+        owned[perm[used:used + n]] = (torch.arange(n * block_size) < s).reshape(n, block_size)
+        used += n
+    for cache in (k_cache, v_cache):
+        cache[~owned] = float("nan")
+    if cache_dtype is not None:
+        k_cache, v_cache = k_cache.to(cache_dtype), v_cache.to(cache_dtype)
     width = max(pages_per_seq + [1]) + extra_table_cols
     # Extra rows and a wider parent make the table a non-contiguous view, as hosts pass it.
     parent = torch.full((len(seq_lens) + 1, width + 3), 10**6, dtype=torch.int32)
@@ -82,7 +95,8 @@ def check_against_reference(case: PagedCase, *, causal: bool, **kw) -> torch.Ten
     out = poisoned_like(case.q)
     got = ops.paged_attention(*case.args(), causal=causal, out=out, **kw)
     assert got is out
-    ref_kw = {k: v for k, v in kw.items() if k in ("scale", "sliding_window", "softcap")}
+    ref_kw = {k: v for k, v in kw.items() if k in ("scale", "sliding_window", "softcap", "sinks", "k_scale",
+                                                    "v_scale")}
     want = reference.paged_attention(*case.args(), causal=causal, **ref_kw)
     valid = int(case.query_start_loc[-1])
     err = (out[:valid].double() - want[:valid]).abs().max().item() if valid else 0.0

@@ -88,20 +88,28 @@ def _compile(arch: str, src, num_warps: int, num_stages: int) -> Compiled:
     return Compiled(kernel.metadata.shared, 0, 0)
 
 
+# Cache element types as Triton names them; "u8-fn"/"u8-fnuz": bytes decoded in the kernel (SOFT_FP8).
+_CACHE_TYPES = {"fp8-fn": ("fp8e4nv", 0), "fp8-fnuz": ("fp8e4b8", 0), "u8-fn": ("u8", 1), "u8-fnuz": ("u8", 2)}
+
+
 def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int,
-              causal: bool, window: int = 0, softcap: float = 0.0, dtype: str = "bf16",
-              num_tokens: int = 512, num_seqs: int = 32, table_width: int = 1024) -> list[Compiled]:
-    """Compile the launch ``cfg`` (ops.launch_config.AttentionLaunch) as ops.paged_attention would run it."""
+              causal: bool, window: int = 0, softcap: float = 0.0, dtype: str = "bf16", cache: str | None = None,
+              sinks: bool = False, num_tokens: int = 512, num_seqs: int = 32,
+              table_width: int = 1024) -> list[Compiled]:
+    """Compile the launch ``cfg`` (ops.launch_config.AttentionLaunch) as ops.paged_attention would run it.
+    ``cache``: None (the model dtype) or a key of ``_CACHE_TYPES`` (fp8 with per-tensor scales)."""
     import triton
 
     from dflash_rocm_plugin.kernels import paged_attention as native
     d, hq, hkv = head_dim, num_q_heads, num_kv_heads
     splits = cfg.num_splits
+    cache_type, soft = _CACHE_TYPES[cache] if cache else (dtype, 0)
     values = dict(
-        q_ptr=f"*{dtype}", k_cache_ptr=f"*{dtype}", v_cache_ptr=f"*{dtype}", out_ptr=f"*{dtype}",
+        q_ptr=f"*{dtype}", k_cache_ptr=f"*{cache_type}", v_cache_ptr=f"*{cache_type}", out_ptr=f"*{dtype}",
         block_table_ptr="*i32", seq_lens_ptr="*i32", query_start_loc_ptr="*i32",
         partial_out_ptr="*fp32" if splits > 1 else f"*{dtype}",
         partial_lse_ptr="*fp32" if splits > 1 else f"*{dtype}",
+        sinks_ptr="*fp32", k_scale_ptr="*fp32", v_scale_ptr="*fp32", k_scale_stride=0, v_scale_stride=0,
         scale=0.1, softcap=softcap or 1.0, window=max(window, 2), num_seqs=num_seqs,
         stride_qt=hq * d, stride_qh=d, stride_qd=1,
         stride_kb=page_size * hkv * d, stride_ks=hkv * d, stride_kh=d, stride_kd=1,
@@ -117,6 +125,8 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
         BLOCK_N=cfg.block_n, PAGE_SIZE=page_size, CAUSAL=causal, USE_WINDOW=window > 0,
         USE_SOFTCAP=softcap > 0.0, NUM_SPLITS=splits, DOT_PRECISION="ieee" if dtype == "fp32" else None,
         PAGE_IDS_ASM=cfg.page_ids_asm, OFFSETS_32=cfg.offsets_32, OVERLAP_QK=cfg.overlap_qk,
+        USE_SINKS=sinks, USE_K_SCALE=cache is not None, USE_V_SCALE=cache is not None, SOFT_FP8=soft,
+        UPCAST_DOTS=False,
     )
     out = [_compile(arch, _signature(native.paged_attention_kernel, values, constexprs),
                     cfg.num_warps, cfg.num_stages)]
@@ -129,10 +139,32 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
     return out
 
 
+def kv_write(arch: str, *, num_kv_heads: int, head_dim: int, dtype: str = "bf16", fp8: int = 0) -> list[Compiled]:
+    """Compile the KV-cache write as ops.write_kv_cache runs it (fp8: 1 e4m3fn, 2 e4m3fnuz, scaled)."""
+    import triton
+
+    from dflash_rocm_plugin.kernels import kv_cache
+    cache = "u8" if fp8 else dtype
+    values = dict(key_ptr=f"*{dtype}", value_ptr=f"*{dtype}", k_cache_ptr=f"*{cache}", v_cache_ptr=f"*{cache}",
+                  slot_mapping_ptr="*i64", k_scale_ptr="*fp32", v_scale_ptr="*fp32", k_scale_stride=0,
+                  v_scale_stride=0, num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=16)
+    for prefix, rows in (("stride_k", ("t", "h", "d")), ("stride_v", ("t", "h", "d"))):
+        values.update({f"{prefix}{r}": v for r, v in zip(rows, (num_kv_heads * head_dim, head_dim, 1))})
+    for prefix in ("stride_kc", "stride_vc"):
+        values.update({f"{prefix}b": 16 * num_kv_heads * head_dim, f"{prefix}s": num_kv_heads * head_dim,
+                       f"{prefix}h": head_dim, f"{prefix}d": 1})
+    consts = dict(BLOCK_H=triton.next_power_of_2(num_kv_heads), BLOCK_D=triton.next_power_of_2(head_dim),
+                  FP8=fp8, USE_K_SCALE=bool(fp8), USE_V_SCALE=bool(fp8))
+    return [_compile(arch, _signature(kv_cache.write_kv_cache_kernel, values, consts), 4, 1)]
+
+
 def _main() -> int:
     results = []
     for job in json.load(sys.stdin):
         try:
+            if job.get("kernel") == "kv_write":
+                results.append([dataclasses.asdict(c) for c in kv_write(job["arch"], **job["shape"])])
+                continue
             compiled = attention(job["arch"], types.SimpleNamespace(**job["launch"]), **job["shape"])
             results.append([dataclasses.asdict(c) for c in compiled])
         except Exception as exc:  # reported to the test, which fails on it

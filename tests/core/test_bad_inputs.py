@@ -21,6 +21,10 @@ def no_launch(monkeypatch):
     monkeypatch.setattr(_runtime, "kernels", tripwire)
 
 
+FP8 = dict(k_cache=torch.zeros(6, 16, 2, 32).to(torch.float8_e4m3fn),
+           v_cache=torch.zeros(6, 16, 2, 32).to(torch.float8_e4m3fn))
+
+
 def good():
     c = build([20, 9], [16, 1], num_q_heads=4, num_kv_heads=2, head_dim=32)
     return dict(q=c.q, k_cache=c.k_cache, v_cache=c.v_cache, block_table=c.block_table,
@@ -31,7 +35,7 @@ def call(**over):
     a = good()
     kw = {k: over.pop(k) for k in list(over) if k in ("causal", "scale", "sliding_window", "softcap", "out",
                                                         "max_query_len", "num_kv_splits", "workspace",
-                                                        "backend")}
+                                                        "backend", "sinks", "k_scale", "v_scale")}
     a.update(over)
     kw.setdefault("causal", True)
     return ops.paged_attention(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"],
@@ -44,7 +48,16 @@ BAD_ATTENTION = [
     ("q", dict(q=torch.zeros(3, 4, 36)), "(head_dim): head_dim 36 is not supported (multiples of 8 from 16 to 256"),
     ("q", dict(q=torch.zeros(3, 4, 512)), "head_dim 512 is not supported"),
     ("k_cache", dict(k_cache=torch.zeros(4, 16, 2, 32, dtype=torch.float16)), "k_cache has dtype torch.float16 and q has torch.float32: KV cache dtype torch.float16 differs from the model dtype"),
-    ("k_cache", dict(k_cache=torch.zeros(4, 16, 2, 32, dtype=torch.float8_e4m3fn)), "quantized caches are not"),
+    ("k_cache", dict(k_cache=torch.zeros(4, 16, 2, 32, dtype=torch.int8), v_cache=torch.zeros(4, 16, 2, 32, dtype=torch.int8)),
+     "KV cache dtype torch.int8 is not supported (supported: the model dtype, or fp8 float8_e4m3fn, float8_e4m3fnuz"),
+    ("k_cache", dict(k_cache=torch.zeros(6, 16, 2, 32).to(torch.float8_e4m3fn)), "k_cache holds torch.float8_e4m3fn but v_cache torch.float32"),
+    ("k_scale", dict(k_scale=torch.ones(1)), "k_scale a scale only applies to an fp8 cache"),
+    ("k_scale", dict(k_scale=torch.ones(3), **FP8), "k_scale has 3 elements; expected 1 (per tensor) or num_kv_heads = 2"),
+    ("v_scale", dict(v_scale=torch.ones(1, dtype=torch.float16), **FP8), "v_scale must be a float32 tensor (got torch.float16)"),
+    ("v_scale", dict(v_scale=2.0, **FP8), "v_scale must be a float32 tensor (got float)"),
+    ("sinks", dict(sinks=torch.zeros(3)), "sinks has 3 elements; expected one per query head (4)"),
+    ("sinks", dict(sinks=torch.zeros(4, dtype=torch.int32)), "sinks has dtype torch.int32"),
+    ("sinks", dict(sinks=[0.0] * 4), "sinks must be a torch.Tensor"),
     ("v_cache", dict(v_cache=torch.zeros(4, 16, 2)), "v_cache must have 4 dimensions"),
     ("v_cache", dict(v_cache=torch.zeros(4, 16, 1, 32)), "differ in shape"),
     ("k_cache", dict(k_cache=torch.zeros(4, 16, 3, 32), v_cache=torch.zeros(4, 16, 3, 32)), "k_cache.shape[2] (num_kv_heads): num_q_heads (4) must be a multiple of num_kv_heads (3)"),
@@ -106,6 +119,12 @@ BAD_WRITE = [
     ("key", dict(key=torch.zeros(5, 4, 32), value=torch.zeros(5, 4, 32)), "num_kv_heads, head_dim"),
     ("value", dict(value=torch.zeros(5, 2, 16)), "differ in shape"),
     ("v_cache", dict(v_cache=torch.zeros(5, 16, 2, 32)), "differ in shape"),
+    ("k_cache", dict(k_cache=torch.zeros(4, 16, 2, 32, dtype=torch.int8)), "k_cache has dtype torch.int8; supported: float32, float8_e4m3fn"),
+    ("v_cache", dict(k_cache=torch.zeros(4, 16, 2, 32).to(torch.float8_e4m3fn)), "v_cache has dtype torch.float32; supported: float8_e4m3fn"),
+    ("k_scale", dict(k_scale=torch.ones(1)), "k_scale a scale only applies to an fp8 cache"),
+    ("v_scale", dict(k_cache=torch.zeros(4, 16, 2, 32).to(torch.float8_e4m3fnuz),
+                     v_cache=torch.zeros(4, 16, 2, 32).to(torch.float8_e4m3fnuz), v_scale=torch.ones(5)),
+     "v_scale has 5 elements; expected 1 (per tensor) or num_kv_heads = 2"),
 ]
 
 

@@ -28,7 +28,24 @@ CASES = [
     ("qwen3-32b draft 8x4K p16 split", 64, 8, 128, 8, 4096, 16, False, {}),
     ("d256 window softcap fp16 p16", 16, 8, 256, 8, 8192, 16, True, dict(window=4096, softcap=30.0, dtype="fp16")),
     ("d64 gqa2 p1", 16, 8, 64, 16, 4096, 1, False, {}),
+    # fp8 caches in each GPU's native format (MI300X: e4m3fnuz; MI355X, H100/H200: e4m3fn), scaled.
+    ("qwen3-8b draft 32x16K p16 fp8", 32, 8, 128, 32, 16384, 16, False, dict(cache="native")),
+    ("qwen3-8b verify 8x4K p1 fp8 split", 32, 8, 128, 8, 4096, 1, True, dict(cache="native")),
+    # ... and the other format, decoded from bytes where the GPU has no conversion for it.
+    ("qwen3-8b draft 32x16K p16 fp8 other format", 32, 8, 128, 32, 16384, 16, False, dict(cache="other")),
+    # gpt-oss-120b heads: sinks, window-128 layers, head_dim 64, GQA 8.
+    ("gpt-oss-120b draft 32x16K p16 sinks window", 64, 8, 64, 32, 16384, 16, False, dict(window=128, sinks=True)),
+    ("gpt-oss-120b verify 8x4K p16 sinks split", 64, 8, 64, 8, 4096, 16, True, dict(sinks=True)),
 ]
+NATIVE_FP8 = {"gfx942": "fp8-fnuz", "gfx950": "fp8-fn", "sm_90": "fp8-fn"}
+OTHER_FP8 = {"gfx942": "u8-fn", "gfx950": "u8-fnuz", "sm_90": "u8-fnuz"}
+
+
+def _extras(arch, extras):
+    cache = extras.get("cache")
+    if cache is None:
+        return extras
+    return {**extras, "cache": (NATIVE_FP8 if cache == "native" else OTHER_FP8)[arch]}
 
 
 def _launch(monkeypatch, arch, hq, hkv, d, batch, context, page):
@@ -52,11 +69,23 @@ def compiled():
         for name, hq, hkv, d, batch, context, page, causal, extras in CASES:
             cfg = _launch(mp, arch, hq, hkv, d, batch, context, page)
             shape = dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page, causal=causal,
-                         num_tokens=batch * 16, num_seqs=batch, table_width=context // page, **extras)
+                         num_tokens=batch * 16, num_seqs=batch, table_width=context // page,
+                         **_extras(arch, extras))
             jobs.append(dict(arch=arch, launch=dataclasses.asdict(cfg), shape=shape))
             keys.append((arch, name))
+        for fp8 in (0, 1, 2):
+            jobs.append(dict(kernel="kv_write", arch=arch, launch={},
+                             shape=dict(num_kv_heads=8, head_dim=128, fp8=fp8)))
+            keys.append((arch, f"kv write fp8={fp8}"))
     results = offline_compile.run(jobs)
     return {k: (job["launch"], r) for k, job, r in zip(keys, jobs, results)}
+
+
+@pytest.mark.parametrize("arch", sorted(DEVICES))
+@pytest.mark.parametrize("fp8", [0, 1, 2], ids=["bf16", "e4m3fn", "e4m3fnuz"])
+def test_kv_write_compiles_for_the_gpu(compiled, arch, fp8):
+    _, result = compiled[(arch, f"kv write fp8={fp8}")]
+    assert not isinstance(result, dict), result.get("error")
 
 
 @pytest.mark.parametrize("arch", sorted(DEVICES))

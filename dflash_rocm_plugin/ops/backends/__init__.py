@@ -68,7 +68,8 @@ def run_greedy(logits: torch.Tensor, out: torch.Tensor | None, backend: str | No
 
 
 def attention_backend_for(*, causal: bool, window: int, softcap: float, dtype, head_dim: int,
-                          num_kv_splits: int | None, backend: str | None = None) -> tuple[str, str]:
+                          num_kv_splits: int | None, backend: str | None = None, sinks: bool = False,
+                          kv_cache_dtype=None) -> tuple[str, str]:
     """(backend, why) for a call of this configuration with host-standard cache layouts on the
     GPU; never imports AITER or raises (a policy that cannot run is reported as "error")."""
     try:
@@ -80,7 +81,7 @@ def attention_backend_for(*, causal: bool, window: int, softcap: float, dtype, h
     if not _runtime.is_rocm():
         return ("error" if chosen == "aiter" else triton.NAME), "not a ROCm build of torch"
     why = aiter.shape_problem(causal=causal, window=window, softcap=softcap, dtype=dtype, head_dim=head_dim,
-                              num_kv_splits=num_kv_splits)
+                              num_kv_splits=num_kv_splits, sinks=sinks, kv_cache_dtype=kv_cache_dtype)
     if why is not None:
         return triton.NAME, f"AITER does not serve {why}"
     unusable = aiter.ATTENTION.status()

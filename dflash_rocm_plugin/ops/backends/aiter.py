@@ -36,8 +36,8 @@ ATTENTION = aiter_loader.KernelPath("paged attention", "mha_batch_prefill_func",
                                     "the plugin's Triton kernel")
 GREEDY = aiter_loader.KernelPath("greedy sampling", "greedy_sample", GREEDY_ENV, "torch.argmax")
 
-ATTENTION_COVERS = (f"non-causal fp16/bf16 calls with head_dim <= {ATTENTION_MAX_HEAD_DIM} and no "
-                    "window or softcap (the DFlash draft)")
+ATTENTION_COVERS = (f"non-causal fp16/bf16 calls with head_dim <= {ATTENTION_MAX_HEAD_DIM}, a cache in the "
+                    "model dtype and no window, softcap or sinks (the DFlash draft)")
 GREEDY_COVERS = f"fp16/bf16 logits with a vocabulary that is a multiple of {GREEDY_VOCAB_MULTIPLE}"
 
 
@@ -53,8 +53,12 @@ def require_rocm(env: str) -> None:
 
 
 def shape_problem(*, causal: bool, window: int, softcap: float, dtype, head_dim: int,
-                  num_kv_splits: int | None) -> str | None:
+                  num_kv_splits: int | None, sinks: bool = False, kv_cache_dtype=None) -> str | None:
     """Why ``mha_batch_prefill_func`` cannot take a call of this configuration, or None."""
+    if sinks:
+        return "attention sinks"
+    if kv_cache_dtype is not None and kv_cache_dtype != dtype:
+        return f"a {kv_cache_dtype} cache (AITER's batch prefill here reads caches in the model dtype)"
     if causal:
         return "causal attention (the AITER path serves the non-causal draft only)"
     if window:
@@ -73,7 +77,8 @@ def shape_problem(*, causal: bool, window: int, softcap: float, dtype, head_dim:
 def attention_problem(call: AttentionCall) -> str | None:
     """Why ``mha_batch_prefill_func`` cannot take this (already validated) call, or None."""
     why = shape_problem(causal=call.causal, window=call.window, softcap=call.softcap, dtype=call.q.dtype,
-                        head_dim=call.head_dim, num_kv_splits=call.num_kv_splits)
+                        head_dim=call.head_dim, num_kv_splits=call.num_kv_splits,
+                        sinks=call.sinks is not None, kv_cache_dtype=call.k_cache.dtype)
     if why is not None:
         return why
     q, out = call.q, call.out

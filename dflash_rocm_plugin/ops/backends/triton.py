@@ -18,9 +18,29 @@ def plan(call: AttentionCall) -> launch_config.AttentionLaunch:
         page_size=call.page_size)
 
 
+def soft_fp8(cache_dtype, device_index) -> int:
+    """0: the cache is read with the hardware conversion; 1 (e4m3fn) / 2 (e4m3fnuz): as bytes,
+    decoded by bit arithmetic -- under the interpreter, whose fp8 casts are wrong, and where the
+    GPU has no conversion for that format (e4m3fnuz outside gfx94x, e4m3fn on gfx94x)."""
+    if cache_dtype not in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
+        return 0
+    code = 1 if cache_dtype == torch.float8_e4m3fn else 2
+    if _runtime.interpreting():
+        return code
+    native_fnuz = _runtime.gpu_arch(device_index).startswith("gfx94")
+    return 0 if (code == 2) == native_fnuz else code
+
+
 def run(call: AttentionCall) -> None:
     cfg = plan(call)
     q, out, k_cache, v_cache = call.q, call.out, call.k_cache, call.v_cache
+    soft = soft_fp8(k_cache.dtype, q.device.index)
+    if soft:
+        k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
+    # The interpreter's bf16/fp16 dots are wrong; it runs them in fp32.
+    upcast = _runtime.interpreting() and q.dtype == torch.bfloat16
+    unused = q  # a valid pointer for switched-off operands
+    scales = [(s, s is not None, 1 if s is not None and s.numel() > 1 else 0) for s in (call.k_scale, call.v_scale)]
     if cfg.num_splits > 1:
         p_out, p_lse = workspace.partials(q.device, cfg.num_splits, call.num_tokens, call.num_q_heads,
                                           call.head_dim, call.workspace)
@@ -32,6 +52,9 @@ def run(call: AttentionCall) -> None:
         q, k_cache, v_cache, out,
         call.block_table, call.seq_lens, call.query_start_loc,
         p_out, p_lse,
+        unused if call.sinks is None else call.sinks,
+        unused if call.k_scale is None else call.k_scale, unused if call.v_scale is None else call.v_scale,
+        scales[0][2], scales[1][2],
         call.scale, call.softcap, call.window, call.num_seqs,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(),
         *call.block_table.stride(),
@@ -40,9 +63,11 @@ def run(call: AttentionCall) -> None:
         GQA=call.num_q_heads // call.num_kv_heads, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n, PAGE_SIZE=call.page_size, CAUSAL=call.causal, USE_WINDOW=call.window > 0,
         USE_SOFTCAP=call.softcap > 0.0, NUM_SPLITS=cfg.num_splits,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else None,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
         PAGE_IDS_ASM=cfg.page_ids_asm, OVERLAP_QK=cfg.overlap_qk,
         OFFSETS_32=cfg.offsets_32 and _fits_int32(k_cache) and _fits_int32(v_cache),
+        USE_SINKS=call.sinks is not None, USE_K_SCALE=scales[0][1], USE_V_SCALE=scales[1][1],
+        SOFT_FP8=soft, UPCAST_DOTS=upcast,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if cfg.num_splits > 1:

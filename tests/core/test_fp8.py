@@ -1,0 +1,167 @@
+"""fp8 KV caches, e4m3fn and e4m3fnuz, under the interpreter.
+
+* Decode: all 256 codes of each format through ``paged_attention`` (one key per sequence, so the
+  output is the cached value times v_scale, exactly) equal torch's own conversion, NaN codes too.
+* Encode: ``write_kv_cache`` stores byte for byte what ``(x / scale).clamp(-max, max).to(fmt)``
+  stores: representable values, every halfway point, out-of-range, NaN, signed zeros.
+* Attention over fp8 caches equals the float64 reference of the dequantized values, for both
+  formats, per-tensor and per-KV-head scales, causal and not, window, softcap, sinks, split-KV,
+  page 1 and 16, fp32/fp16/bf16 queries.
+* The format is the dtype: fnuz bytes read as fnuz are right, the same bytes read as fn are not.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dflash_rocm_plugin import ops, reference
+from tests.core.cases import build, check_against_reference
+
+FORMATS = [torch.float8_e4m3fn, torch.float8_e4m3fnuz]
+FMT_IDS = ["e4m3fn", "e4m3fnuz"]
+
+
+def scales(kind, heads, seed=0):
+    if kind is None:
+        return None
+    g = torch.Generator().manual_seed(seed)
+    n = 1 if kind == "tensor" else heads
+    return (torch.rand(n, generator=g) * 1.5 + 0.25).float()
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FMT_IDS)
+def test_all_256_codes_decode_exactly(fmt):
+    """Sequence s has one key whose V row holds codes [32 s, 32 s + 32): each output row is that
+    row times v_scale (softmax over one key is exactly 1)."""
+    codes = torch.arange(256, dtype=torch.uint8).reshape(8, 1, 1, 32)
+    v_cache = codes.view(fmt)
+    k_cache = torch.zeros(8, 1, 1, 32).to(fmt)
+    q = torch.randn(8, 2, 32)
+    table = torch.arange(8, dtype=torch.int32).reshape(8, 1)
+    ones = torch.ones(8, dtype=torch.int32)
+    qsl = torch.arange(9, dtype=torch.int32)
+    for v_scale in (None, torch.tensor([0.5])):
+        out = ops.paged_attention(q, k_cache, v_cache, table, ones, qsl, causal=False, v_scale=v_scale)
+        want = v_cache.reshape(8, 32).float() * (1.0 if v_scale is None else 0.5)
+        for head in range(2):
+            got = out[:, head]
+            same = (got == want) | (torch.isnan(got) & torch.isnan(want))
+            # (-0.0 comes out as +0.0: the output is a sum that starts at +0.)
+            assert same.all(), f"codes {torch.nonzero(~same.flatten()).flatten().tolist()} decode wrongly"
+
+
+def _edge_values(fmt):
+    vals = torch.arange(256, dtype=torch.uint8).view(fmt).float()
+    vals = vals[~torch.isnan(vals)].unique().sort().values
+    mids = (vals[1:] + vals[:-1]) / 2
+    inf = torch.tensor(float("inf"))
+    special = torch.tensor([float("nan"), 1e6, -1e6, 0.0, -0.0, float("inf"), float("-inf"), 1e-30, -1e-30])
+    return torch.cat([vals, mids, mids.nextafter(inf), mids.nextafter(-inf), special])
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FMT_IDS)
+@pytest.mark.parametrize("scale", [None, "tensor", "head"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_write_kv_cache_matches_torch_byte_for_byte(fmt, scale, dtype):
+    heads, dim = 2, 32
+    edge = _edge_values(fmt)
+    g = torch.Generator().manual_seed(3)
+    wild = torch.randn(64 * heads * dim, generator=g) * 300
+    values = torch.cat([edge, wild])
+    tokens = -(-values.numel() // (heads * dim))
+    x = torch.zeros(tokens * heads * dim)
+    x[:values.numel()] = values
+    key = x.reshape(tokens, heads, dim).to(dtype)
+    value = key.flip(0).contiguous()
+    k_scale, v_scale = scales(scale, heads, 1), scales(scale, heads, 2)
+    page = 4
+    blocks = -(-tokens // page) + 2
+    slots = torch.randperm(blocks * page, generator=g)[:tokens]
+    slots[::9] = -1  # padding tokens: skipped
+    got_k = torch.full((blocks, page, heads, dim), 0x55, dtype=torch.uint8).view(fmt)
+    got_v = got_k.clone()
+    want_k, want_v = got_k.clone(), got_v.clone()
+    ops.write_kv_cache(key, value, got_k, got_v, slots, k_scale=k_scale, v_scale=v_scale)
+    reference.write_kv_cache(key, value, want_k, want_v, slots, k_scale=k_scale, v_scale=v_scale)
+    for got, want in ((got_k, want_k), (got_v, want_v)):
+        bad = got.view(torch.uint8) != want.view(torch.uint8)
+        assert not bad.any(), f"{int(bad.sum())} bytes differ"
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FMT_IDS)
+@pytest.mark.parametrize("scale", [None, "tensor", "head"])
+@pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
+@pytest.mark.parametrize("block_size", [1, 16])
+def test_attention_over_fp8_caches(fmt, scale, causal, block_size):
+    case = build([40, 23, 70], [16, 5, 16], num_q_heads=8, num_kv_heads=2, block_size=block_size,
+                 cache_dtype=fmt)
+    check_against_reference(case, causal=causal, k_scale=scales(scale, 2, 1), v_scale=scales(scale, 2, 2))
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FMT_IDS)
+def test_fp8_with_window_softcap_sinks_and_splits(fmt):
+    case = build([300, 77, 16], [16, 1, 16], num_q_heads=8, num_kv_heads=2, cache_dtype=fmt)
+    sinks = torch.randn(8) + 1.0
+    for splits in (None, 1, 4):
+        check_against_reference(case, causal=True, k_scale=scales("head", 2), v_scale=scales("tensor", 2),
+                                sliding_window=50, softcap=8.0, sinks=sinks, num_kv_splits=splits)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("fmt", FORMATS, ids=FMT_IDS)
+def test_fp8_caches_with_half_precision_queries(dtype, fmt):
+    case = build([40, 9], [16, 3], dtype=dtype, cache_dtype=fmt)
+    check_against_reference(case, causal=False, k_scale=scales("tensor", 2), v_scale=scales("head", 2))
+
+
+def test_fnuz_bytes_are_not_read_as_fn():
+    """The same bytes as e4m3fnuz and as e4m3fn are different values (a factor of 2, other NaN
+    codes): the output follows the dtype the bytes are labelled with."""
+    case = build([40, 9], [16, 3], cache_dtype=torch.float8_e4m3fnuz)
+    as_fnuz = check_against_reference(case, causal=False)
+    case.k_cache, case.v_cache = case.k_cache.view(torch.float8_e4m3fn), case.v_cache.view(torch.float8_e4m3fn)
+    as_fn = ops.paged_attention(*case.args(), causal=False)
+    valid = int(case.query_start_loc[-1])
+    assert (as_fn[:valid] - as_fnuz[:valid]).abs().max() > 0.1
+
+
+def test_write_then_attend_round_trip():
+    """What write_kv_cache stores is what paged_attention reads: the DFlash draft's projected
+    context K/V written into an fp8 cache and attended non-causally."""
+    heads, dim, page, n = 2, 32, 16, 40
+    g = torch.Generator().manual_seed(7)
+    key, value = torch.randn(n, heads, dim, generator=g), torch.randn(n, heads, dim, generator=g)
+    k_scale, v_scale = torch.tensor([0.02]), torch.tensor([0.03, 0.05])
+    k_cache = torch.zeros(4, page, heads, dim).to(torch.float8_e4m3fn)
+    v_cache = k_cache.clone()
+    slots = torch.arange(n, dtype=torch.int64) + page  # pages 1..3
+    ops.write_kv_cache(key, value, k_cache, v_cache, slots, k_scale=k_scale, v_scale=v_scale)
+    q = torch.randn(16, 4, dim, generator=g)
+    table = torch.tensor([[1, 2, 3]], dtype=torch.int32)
+    sl, qsl = torch.tensor([n], dtype=torch.int32), torch.tensor([0, 16], dtype=torch.int32)
+    out = ops.paged_attention(q, k_cache, v_cache, table, sl, qsl, causal=False, k_scale=k_scale, v_scale=v_scale)
+    want = reference.paged_attention(q, k_cache, v_cache, table, sl, qsl, causal=False, k_scale=k_scale,
+                                     v_scale=v_scale)
+    assert (out.double() - want).abs().max() <= 2e-5
+    exact = reference.paged_attention(q, key[None], value[None], torch.tensor([[0]], dtype=torch.int32), sl, qsl,
+                                      causal=False)
+    assert (out.double() - exact).abs().max() < 0.1  # fp8 rounding: close to the unquantized answer
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_fp8_batches(data):
+    num_seqs = data.draw(st.integers(1, 3))
+    seq_lens = [data.draw(st.integers(1, 80)) for _ in range(num_seqs)]
+    q_lens = [data.draw(st.integers(1, min(s, 16))) for s in seq_lens]
+    kv_heads, group = data.draw(st.sampled_from([1, 2])), data.draw(st.sampled_from([1, 4]))
+    fmt = data.draw(st.sampled_from(FORMATS))
+    case = build(seq_lens, q_lens, num_q_heads=kv_heads * group, num_kv_heads=kv_heads, cache_dtype=fmt,
+                 block_size=data.draw(st.sampled_from([1, 5, 16])), seed=data.draw(st.integers(0, 999)))
+    check_against_reference(case, causal=data.draw(st.booleans()),
+                            k_scale=scales(data.draw(st.sampled_from([None, "tensor", "head"])), kv_heads, 1),
+                            v_scale=scales(data.draw(st.sampled_from([None, "tensor", "head"])), kv_heads, 2),
+                            num_kv_splits=data.draw(st.sampled_from([None, 1, 3])))
