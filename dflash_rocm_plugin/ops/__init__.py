@@ -31,8 +31,10 @@ from dflash_rocm_plugin.ops.plan import (
 from dflash_rocm_plugin.ops.sampling import greedy_sample
 from dflash_rocm_plugin.ops.support import (
     DTYPES,
+    FP8_KV_CACHE_DTYPES,
     HEAD_DIMS,
     KV_CACHE_DTYPES,
+    UNSUPPORTED_FEATURES,
     AttentionSpec,
     Unsupported,
     features_problem,
@@ -43,6 +45,7 @@ from dflash_rocm_plugin.ops.support import (
 __all__ = [
     "paged_attention", "write_kv_cache", "greedy_sample",
     "AttentionSpec", "supports", "require", "features_problem", "Unsupported", "HEAD_DIMS", "DTYPES", "KV_CACHE_DTYPES",
+    "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES",
     "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",
     "describe_launch", "LaunchDescription", "AttentionLaunch", "forced_launch", "workspace_floats",
     "kernel_paths", "AiterUnavailable",

@@ -1,7 +1,9 @@
 """``RocmDflashAttnBackend``: SGLang's attention-backend interface over ``ops.paged_attention``.
 
-Every forward first writes this step's K/V through the pool's ``set_kv_buffer`` and then
-attends over the paged cache alone, so EXTEND (with a radix prefix), DECODE,
+Every forward first writes this step's K/V (through the pool's ``set_kv_buffer``; into an fp8
+pool through ``ops.write_kv_cache``, which saturates and rounds as the reads expect, where the
+pool's own write divides the caller's tensor in place and does not clamp) and then attends over
+the paged cache alone, so EXTEND (with a radix prefix), DECODE,
 TARGET_VERIFY and DRAFT_EXTEND_V2 are one ops call that differs only in metadata and
 causality.  Causality comes from the layer: ``ENCODER_ONLY`` (the DFLASH draft block)
 is non-causal, ``DECODER`` causal.  A verify ``custom_mask`` is never read: DFLASH
@@ -68,6 +70,7 @@ class RocmDflashAttnBackend(AttentionBackend):
         self.verify_tokens = compat.verify_tokens(model_runner)
         self.draft_extend_tokens = int(compat.spec_config(model_runner).speculative_num_draft_tokens or 1)
         self.pages_per_row = md.pages_per_row(self.req_to_token, self.page_size)
+        self.fp8_cache = model_runner.token_to_kv_pool.dtype in ops.FP8_KV_CACHE_DTYPES
         self.forward_metadata = None
         self._graph: md.GraphBuffers | None = None
         # One split-KV scratch for every batch, eager or captured: sized for any query lengths
@@ -151,22 +154,31 @@ class RocmDflashAttnBackend(AttentionBackend):
 
     def _forward(self, q, k, v, layer, fb, save_kv_cache, causal, kwargs):
         _reject_unsupported(layer, fb, kwargs)
+        pool = self.token_to_kv_pool
+        k_cache = paged_view(pool.get_key_buffer(layer.layer_id), self.page_size)
+        v_cache = paged_view(pool.get_value_buffer(layer.layer_id), self.page_size)
+        # fp8 pools: the layer's checkpoint scales (0-d, or one per KV head); None means 1.0.
+        scales = {"k_scale": layer.k_scale, "v_scale": layer.v_scale} if self.fp8_cache else {}
         if save_kv_cache and k is not None:
             # k is None on the fused AITER Qwen3 decode path, which wrote K/V itself.
-            self.token_to_kv_pool.set_kv_buffer(layer, write_loc(fb), k, v)
+            if self.fp8_cache:
+                hkv = layer.tp_k_head_num
+                ops.write_kv_cache(k.view(-1, hkv, layer.qk_head_dim), v.view(-1, hkv, layer.v_head_dim),
+                                   k_cache, v_cache, fb.out_cache_loc, **scales)
+            else:
+                pool.set_kv_buffer(layer, write_loc(fb), k, v)
         meta = self.forward_metadata
         num_heads, head_dim = layer.tp_q_head_num, layer.qk_head_dim
         out = getattr(fb, "_attn_output", None)
         if out is None:
             out = q.new_empty((q.shape[0], num_heads * head_dim))
         ops.paged_attention(
-            q.reshape(-1, num_heads, head_dim),
-            paged_view(self.token_to_kv_pool.get_key_buffer(layer.layer_id), self.page_size),
-            paged_view(self.token_to_kv_pool.get_value_buffer(layer.layer_id), self.page_size),
+            q.reshape(-1, num_heads, head_dim), k_cache, v_cache,
             meta.block_table, meta.seq_lens, meta.query_start_loc,
             causal=causal, scale=layer.scaling,
             sliding_window=sglang_window_to_ops(layer.sliding_window_size),
             softcap=layer.logit_cap if layer.logit_cap and layer.logit_cap > 0 else None,
+            sinks=kwargs.get("sinks"), **scales,
             out=out.view(-1, num_heads, head_dim), max_query_len=meta.max_query_len,
             workspace=meta.workspace,
         )
@@ -205,7 +217,7 @@ def _refuse(layer, features, context: str = "") -> None:
 
 def _reject_unsupported(layer, fb, kwargs) -> None:
     # Plain booleans first: this runs for every layer of every eager step.
-    asked = [name for name in ("sinks", "score_mod") if kwargs.get(name) is not None]
+    asked = ["score_mod"] if kwargs.get("score_mod") is not None else []
     if kwargs.get("aux_tensors") is not None:
         asked.append("score_mod")
     if getattr(fb, "mha_return_lse", False):
@@ -214,5 +226,3 @@ def _reject_unsupported(layer, fb, kwargs) -> None:
         asked.append("non_tanh_softcap")
     if asked or layer.qk_head_dim != layer.v_head_dim:
         _refuse(layer, asked)
-    if layer.k_scale_float not in (None, 1.0) or layer.v_scale_float not in (None, 1.0):
-        raise ops.Unsupported("rocm_dflash: scaled (quantized) K/V is not supported")

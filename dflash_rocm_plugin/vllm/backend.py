@@ -55,6 +55,14 @@ class RocmDFlashBackend(AttentionBackend):
         return True
 
     @classmethod
+    def supports_sink(cls) -> bool:
+        return "sinks" not in ops.UNSUPPORTED_FEATURES
+
+    @classmethod
+    def supports_per_head_quant_scales(cls) -> bool:
+        return True  # the kernels take per-tensor or per-KV-head K/V scales
+
+    @classmethod
     def supports_attn_type(cls, attn_type: str) -> bool:
         # Encoder / encoder-decoder (cross) attention have no paged self-attention path here.
         return attn_type == AttentionType.DECODER
@@ -67,7 +75,7 @@ class RocmDFlashBackend(AttentionBackend):
     def supports_combination(cls, head_size, dtype, kv_cache_dtype, block_size, use_mla, has_sink,
                              use_sparse, use_mm_prefix, device_capability) -> str | None:
         # Specific reasons next to vLLM's generic ones ("head_size not supported", ...).
-        asked = {"mla": use_mla, "sinks": has_sink, "sparse": use_sparse, "mm_prefix": use_mm_prefix}
+        asked = {"mla": use_mla, "sparse": use_sparse, "mm_prefix": use_mm_prefix}
         return support.reason(head_size=head_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
                               features=[name for name, on in asked.items() if on])
 

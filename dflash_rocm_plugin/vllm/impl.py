@@ -29,7 +29,7 @@ class RocmDFlashImpl(AttentionImpl[RocmDFlashMetadata]):
                  sinks: torch.Tensor | None = None, **extra) -> None:
         # The backend's supports_* hooks refuse these at selection; an impl built directly
         # (or by a model that bypasses selection) still fails here, before any kernel.
-        asked = {"alibi": alibi_slopes is not None or extra.get("use_alibi_sqrt"), "sinks": sinks is not None,
+        asked = {"alibi": alibi_slopes is not None or extra.get("use_alibi_sqrt"),
                  "chunked_local": extra.get("chunk_lookback", -1) > -1,
                  "cross_attention": attn_type == AttentionType.ENCODER_DECODER,
                  "encoder": attn_type in (AttentionType.ENCODER, AttentionType.ENCODER_ONLY)}
@@ -44,6 +44,10 @@ class RocmDFlashImpl(AttentionImpl[RocmDFlashMetadata]):
         self.sliding_window = sliding_window  # key j visible from position p iff p - j < window
         self.logits_soft_cap = logits_soft_cap or None  # vLLM uses 0 for "none"
         self.kv_cache_dtype = kv_cache_dtype
+        # The cache tensor vLLM allocates for fp8 is uint8; it holds the platform's e4m3 format.
+        self.fp8_dtype = support.platform_fp8_dtype() if kv_cache_dtype in support.FP8_NAMES else None
+        # Kept by reference: vLLM loads the sink weights into this parameter after the impl exists.
+        self.sinks = sinks
         self.attn_type = attn_type
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
 
@@ -53,8 +57,8 @@ class RocmDFlashImpl(AttentionImpl[RocmDFlashMetadata]):
         ``forward`` and directly by the DFlash draft for its projected context K/V."""
         if key is None or value is None or kv_cache.numel() == 0:
             return
-        key_cache, value_cache = split_kv_cache(kv_cache, self.head_size)
-        ops.write_kv_cache(key, value, key_cache, value_cache, slot_mapping)
+        key_cache, value_cache = self._caches(kv_cache)
+        ops.write_kv_cache(key, value, key_cache, value_cache, slot_mapping, **self._kv_scales(layer))
 
     def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, attn_metadata: RocmDFlashMetadata, output: torch.Tensor,
@@ -66,7 +70,7 @@ class RocmDFlashImpl(AttentionImpl[RocmDFlashMetadata]):
             return output.fill_(0)
         num_tokens = attn_metadata.num_actual_tokens
         out = output.view(-1, self.num_heads, self.head_size)
-        key_cache, value_cache = split_kv_cache(kv_cache, self.head_size)
+        key_cache, value_cache = self._caches(kv_cache)
         ops.paged_attention(
             query.view(-1, self.num_heads, self.head_size)[:num_tokens],
             key_cache, value_cache,
@@ -75,8 +79,22 @@ class RocmDFlashImpl(AttentionImpl[RocmDFlashMetadata]):
             scale=self.scale,
             sliding_window=self.sliding_window,
             softcap=self.logits_soft_cap,
+            sinks=self.sinks,
+            **self._kv_scales(layer),
             out=out[:num_tokens],
             max_query_len=attn_metadata.max_query_len or None,  # 0: an empty batch
             workspace=attn_metadata.workspace,
         )
         return output
+
+    def _caches(self, kv_cache: torch.Tensor):
+        key_cache, value_cache = split_kv_cache(kv_cache, self.head_size)
+        if self.fp8_dtype is not None:
+            key_cache, value_cache = key_cache.view(self.fp8_dtype), value_cache.view(self.fp8_dtype)
+        return key_cache, value_cache
+
+    def _kv_scales(self, layer) -> dict:
+        """The layer's K/V scales (0-d or [num_kv_heads] float32, on the device) for an fp8 cache."""
+        if self.fp8_dtype is None:
+            return {}
+        return {"k_scale": layer._k_scale, "v_scale": layer._v_scale}

@@ -17,11 +17,27 @@ BLOCK_SIZE_MULTIPLE = 16
 
 # vLLM's --kv-cache-dtype names for the cache dtypes ops supports.  "auto" = the model dtype.
 _KV_CACHE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-KV_CACHE_DTYPES = ("auto",) + tuple(n for n, d in _KV_CACHE_NAMES.items() if d in ops.KV_CACHE_DTYPES)
+# fp8 names that mean e4m3 in the platform's own format (current_platform.fp8_dtype(): e4m3fnuz on
+# gfx942, e4m3fn on gfx950 and NVIDIA), never one format's bytes read as the other's.
+FP8_NAMES = ("fp8", "fp8_e4m3")
+KV_CACHE_DTYPES = ("auto",) + tuple(n for n, d in _KV_CACHE_NAMES.items() if d in ops.KV_CACHE_DTYPES) + FP8_NAMES
+# vLLM's other quantized cache modes, and why each is refused.
+_REFUSED = {
+    "fp8_e5m2": "e5m2 is not one of the fp8 formats served (e4m3fn, e4m3fnuz); use fp8 / fp8_e4m3",
+    "fp8_per_token_head": "per-token-head scales stored inline in the cache are not supported; use fp8 "
+                          "with per-tensor or per-head checkpoint scales",
+    "fp8_inc": "Intel Neural Compressor fp8 caches are not supported; use fp8",
+    "fp8_ds_mla": "MLA fp8 caches are not supported",
+}
 
 
 class UnknownCacheDtype(Exception):
     pass
+
+
+def platform_fp8_dtype():
+    from vllm.platforms import current_platform
+    return current_platform.fp8_dtype()
 
 
 def kv_cache_torch_dtype(kv_cache_dtype, dtype):
@@ -30,6 +46,8 @@ def kv_cache_torch_dtype(kv_cache_dtype, dtype):
         return dtype
     if kv_cache_dtype in _KV_CACHE_NAMES:
         return _KV_CACHE_NAMES[kv_cache_dtype]
+    if kv_cache_dtype in FP8_NAMES:
+        return platform_fp8_dtype()
     raise UnknownCacheDtype(kv_cache_dtype)
 
 
@@ -38,8 +56,8 @@ def spec(*, head_size: int, dtype, kv_cache_dtype="auto", features=(), **fields)
     try:
         cache = kv_cache_torch_dtype(kv_cache_dtype, dtype)
     except UnknownCacheDtype:
-        return (f"kv_cache_dtype {kv_cache_dtype!r} not supported "
-                f"(quantized KV caches are not; use one of {', '.join(KV_CACHE_DTYPES)})")
+        why = _REFUSED.get(kv_cache_dtype, "this quantized KV cache is not supported")
+        return f"kv_cache_dtype {kv_cache_dtype!r}: {why} (supported: {', '.join(KV_CACHE_DTYPES)})"
     return ops.AttentionSpec(head_dim=head_size, dtype=dtype, kv_cache_dtype=cache,
                              features=frozenset(features), **fields)
 

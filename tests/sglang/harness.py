@@ -129,8 +129,8 @@ def build_case(runner, shape: Shape, mode: ForwardMode, prefix: list[int], new: 
         return torch.randn((n, h, d), generator=gen).to(shape.dtype)
 
     for s, p, n in zip(case.slots, case.prefix, case.new):
-        kbuf[s[:p]] = draw(p, hkv)
-        vbuf[s[:p]] = draw(p, hkv)
+        kbuf[s[:p]] = draw(p, hkv).to(kbuf.dtype)  # an fp8 pool stores the prefix in its format
+        vbuf[s[:p]] = draw(p, hkv).to(vbuf.dtype)
         # The step's own slots start poisoned: only the backend's KV write may fill them.
     t = sum(case.new)
     case.q, case.k, case.v = draw(t, shape.num_q_heads), draw(t, hkv), draw(t, hkv)

@@ -1,5 +1,5 @@
 """Unsupported configurations stop at backend construction with a reason naming the
-feature (MLA, cross-attention, fp8 KV, head dims, tree-mask speculation), and
+feature (MLA, cross-attention, fp4 KV, head dims, tree-mask speculation), and
 per-layer features the backend cannot honour raise ``ops.Unsupported`` (a ValueError, as in the
 vLLM adapter) instead of computing wrong attention."""
 
@@ -46,12 +46,10 @@ def test_head_dim_rejected(head_dim):
         build(runner)
 
 
-def test_fp8_kv_cache_rejected():
+def test_fp4_kv_cache_rejected():
     runner = h.make_runner(h.Shape())
-    runner.token_to_kv_pool = MHATokenToKVPool(
-        size=64, page_size=1, dtype=torch.float8_e4m3fn, head_num=2, head_dim=32, layer_num=1, device="cpu",
-        enable_memory_saver=False, enable_alt_stream=False)
-    with pytest.raises(UnsupportedConfig, match="float8"):
+    runner.token_to_kv_pool.dtype = torch.float4_e2m1fn_x2  # SGLang's fp4 pools: not a format served
+    with pytest.raises(UnsupportedConfig, match="float4_e2m1fn_x2 is not supported"):
         build(runner)
 
 
@@ -93,8 +91,8 @@ def test_bidirectional_decoder_layer_raises():
         backend.forward(case.q.reshape(16, -1), case.k, case.v, layer, fb)
 
 
-def test_attention_sinks_raise():
+def test_score_modifiers_raise():
     shape, case, backend, fb = _verify_setup()
-    with pytest.raises(ops.Unsupported, match="attention sinks is not supported"):
+    with pytest.raises(ops.Unsupported, match="score modifiers is not supported"):
         backend.forward_extend(case.q.reshape(16, -1), case.k, case.v, h.make_layer(shape), fb,
-                               sinks=torch.zeros(shape.num_q_heads))
+                               score_mod=lambda *a: a)

@@ -23,11 +23,11 @@ def test_supported_configurations_have_no_reasons():
 
 
 @pytest.mark.parametrize("overrides,expected", [
-    (dict(kv_cache_dtype="fp8"), "rocm_dflash: kv_cache_dtype 'fp8' not supported"),
-    (dict(kv_cache_dtype="fp8_e4m3"), "kv_cache_dtype not supported"),
+    (dict(kv_cache_dtype="fp8_e5m2"), "rocm_dflash: kv_cache_dtype 'fp8_e5m2': e5m2 is not one of the fp8 formats"),
+    (dict(kv_cache_dtype="fp8_e5m2"), "kv_cache_dtype not supported"),
+    (dict(kv_cache_dtype="fp8_per_token_head"), "per-token-head scales stored inline in the cache are not supported"),
     (dict(kv_cache_dtype="float16"), "rocm_dflash: KV cache dtype torch.float16 differs from the model dtype"),
     (dict(use_mla=True), "MLA not supported"),
-    (dict(has_sink=True), "attention sinks not supported"),
     (dict(use_sparse=True), "sparse not supported"),
     (dict(attn_type="encoder_decoder"), "attention type encoder_decoder not supported"),
     (dict(attn_type="encoder_only"), "attention type encoder_only not supported"),
@@ -44,16 +44,14 @@ def test_rejected_with_reason(overrides, expected):
     assert any(expected in r for r in reasons), reasons
 
 
-def test_impl_refuses_alibi_sinks_and_cross_attention():
+def test_impl_refuses_alibi_quantized_modes_and_cross_attention():
     from dflash_rocm_plugin.vllm.impl import RocmDFlashImpl
     with pytest.raises(ValueError, match="ALiBi"):
         RocmDFlashImpl(4, 32, 0.1, 2, [0.1, 0.2, 0.3, 0.4], None, "auto")
-    with pytest.raises(ValueError, match="attention sinks"):
-        RocmDFlashImpl(4, 32, 0.1, 2, None, None, "auto", sinks=torch.zeros(4))
+    with pytest.raises(ValueError, match="kv_cache_dtype 'fp8_e5m2'"):
+        RocmDFlashImpl(4, 32, 0.1, 2, None, None, "fp8_e5m2")
     with pytest.raises(ValueError, match=r"encoder-decoder \(cross\) attention"):
         RocmDFlashImpl(4, 32, 0.1, 2, None, None, "auto", attn_type="encoder_decoder")
-    with pytest.raises(ValueError, match="kv_cache_dtype 'fp8'"):
-        RocmDFlashImpl(4, 32, 0.1, 2, None, None, "fp8")
     with pytest.raises(ValueError, match="head_dim 20"):
         RocmDFlashImpl(4, 20, 0.1, 2, None, None, "auto")
 
