@@ -64,7 +64,7 @@ def probe_factory(factory, hip_module) -> Probe:
             return Probe.not_needed("already patched")
         return Probe.not_needed(f"{factory.__name__} builds the HIP radix draft backends when is_hip()")
     where = ", ".join(f"{factory.__name__}.{g[1]}" for g in gaps)
-    return Probe.need(f"{where} build the CUDA DeepSeek-V4 backend on ROCm (no is_hip() dispatch)",
+    return Probe.need(f"{where}: the CUDA DeepSeek-V4 backend is built on ROCm too (no is_hip() dispatch)",
                       (hip_module, gaps))
 
 
@@ -81,7 +81,8 @@ def probe() -> Probe:
 def patch(state) -> str:
     hip_module, gaps = state
     for factory, name, pair in gaps:
-        setattr(factory, name, _dispatching(getattr(factory, name), hip_module, name, pair))
+        if not _code.is_marked(getattr(factory, name)):
+            setattr(factory, name, _dispatching(getattr(factory, name), hip_module, name, pair))
     return "on ROCm the DeepSeek-V4 draft backends are built from " + dsv4_hip.HIP_MODULE.rsplit(".", 1)[1]
 
 

@@ -80,7 +80,7 @@ def probe_class(cls, helper) -> Probe:
             return Probe.not_needed("already patched")
         return Probe.not_needed(f"{cls.__name__} gives each draft step its out_cache_loc slice ({HELPER})")
     where = ", ".join(f"{cls.__name__}.{e}" for e in gaps)
-    gap = f"{where} bake the whole multi-step draft out_cache_loc, not this step's slice"
+    gap = f"{where}: the whole multi-step draft out_cache_loc is baked in, not this step's slice"
     if "slices" in states.values():
         return Probe.refuse(f"{gap}, while the other entry point slices it; left alone")
     if "speculative_step_id" not in inspect.signature(cls.__init__).parameters:
@@ -101,7 +101,8 @@ def probe() -> Probe:
 def patch(state) -> str:
     cls, gaps, helper = state
     for entry in gaps:
-        setattr(cls, entry, _per_step(getattr(cls, entry), helper))
+        if not _code.is_marked(getattr(cls, entry)):
+            setattr(cls, entry, _per_step(getattr(cls, entry), helper))
     return f"{', '.join(gaps)} see this draft step's out_cache_loc slice"
 
 

@@ -53,7 +53,8 @@ def probe() -> Probe:
 
 
 def patch(cls) -> str:
-    setattr(cls, METHOD, _eager(getattr(cls, METHOD), getattr(cls, EAGER)))
+    if not _code.is_marked(getattr(cls, METHOD)):
+        setattr(cls, METHOD, _eager(getattr(cls, METHOD), getattr(cls, EAGER)))
     return f"{cls.__name__}.{METHOD} always builds through {EAGER}"
 
 
