@@ -305,6 +305,18 @@ class DelegatingSlicedHipRadix(SlicedInGraphOnly):
         return self.init_forward_metadata_decode(forward_batch.req_pool_indices, forward_batch.seq_lens, loc)
 
 
+class DelegatingUnslicedHipRadix(UnslicedHipRadix):
+    """Shaped like 0.5.23's delegation with the slice taken out of the builder."""
+
+    def init_forward_metadata(self, forward_batch):
+        self.forward_metadata = self._build_forward_metadata(forward_batch)
+        self.init_forward_metadata_in_graph(forward_batch)
+
+    def _build_forward_metadata(self, forward_batch):
+        return self.init_forward_metadata_decode(forward_batch.req_pool_indices, forward_batch.seq_lens,
+                                                 forward_batch.out_cache_loc)
+
+
 def test_unsliced_draft_steps_are_sliced():
     cls = fresh(UnslicedHipRadix)
     step1 = cls(speculative_step_id=1, topk=1, speculative_num_steps=3)
@@ -349,6 +361,8 @@ def test_step_slice_verdicts():
     for sliced in (SlicedHipRadix, DelegatingSlicedHipRadix):
         found = step_loc.probe_class(sliced, per_step_draft_out_cache_loc)
         assert not found.needed and "per_step_draft_out_cache_loc" in found.reason, found
+    delegating = step_loc.probe_class(DelegatingUnslicedHipRadix, per_step_draft_out_cache_loc)
+    assert delegating.needed and "init_forward_metadata," in delegating.reason  # seen through the builder
     partial = step_loc.probe_class(SlicedInGraphOnly, per_step_draft_out_cache_loc)
     assert partial.refused and "the other entry point slices" in partial.reason
     assert step_loc.probe_class(UnslicedHipRadix, None).refused
