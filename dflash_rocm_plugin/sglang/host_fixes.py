@@ -1,9 +1,23 @@
-"""The SGLang fixes this adapter applies at registration (``patches/sglang/`` holds their diffs)."""
+"""The SGLang fixes this adapter declares (``patches/sglang/`` holds their diffs).
+
+Registration applies all but the DeepSeek-V4 ones; those run when a DeepSeek-V4 server starts
+with speculative decoding on ROCm (``deepseek_v4.py``), so other servers never hear of them.
+"""
 
 from __future__ import annotations
 
 from dflash_rocm_plugin import hostfix
-from dflash_rocm_plugin.sglang.fixes import draft_backend, k_rope, qwen3_capture, triton_custom_mask
+from dflash_rocm_plugin.sglang.fixes import (
+    draft_backend,
+    dsv4_draft_dispatch,
+    dsv4_draft_step_cache_loc,
+    dsv4_eager_verify,
+    k_rope,
+    qwen3_capture,
+    triton_custom_mask,
+)
+
+_DSV4_UPSTREAM = "sgl-project/sglang#26383 (DSV4 MTP graph capture on ROCm)"
 
 FIXES = (
     hostfix.Fix(
@@ -25,9 +39,28 @@ FIXES = (
         qwen3_capture.FIX_ID, "sglang",
         "Qwen3ForCausalLM.set_dflash_layers_to_capture (capture before layer i+1)",
         "sgl-project/sglang#22342", qwen3_capture.probe, qwen3_capture.patch),
+    hostfix.Fix(
+        dsv4_draft_dispatch.FIX_ID, "sglang",
+        "DeepSeek-V4 MTP/DSpark draft backends on ROCm are the HIP radix ones (is_hip() dispatch)",
+        _DSV4_UPSTREAM, dsv4_draft_dispatch.probe, dsv4_draft_dispatch.patch),
+    hostfix.Fix(
+        dsv4_eager_verify.FIX_ID, "sglang",
+        "DeepSeek-V4 HIP radix target verify builds its metadata eagerly (no lazy in-graph upgrade)",
+        _DSV4_UPSTREAM, dsv4_eager_verify.probe, dsv4_eager_verify.patch),
+    hostfix.Fix(
+        dsv4_draft_step_cache_loc.FIX_ID, "sglang",
+        "DeepSeek-V4 HIP radix multi-step draft: each step bakes its own out_cache_loc slice",
+        _DSV4_UPSTREAM, dsv4_draft_step_cache_loc.probe, dsv4_draft_step_cache_loc.patch),
 )
+DEEPSEEK_V4_FIXES = tuple(f for f in FIXES if f.id.startswith("sglang-dsv4-"))
 
 
 def apply(patch: bool = True) -> list[hostfix.FixStatus]:
-    """Probe every fix and patch what this SGLang needs (``patch=False``: only report).  Never raises."""
-    return hostfix.run(FIXES, apply=patch)
+    """Probe the registration fixes and patch what this SGLang needs (``patch=False``: only report).
+    Never raises."""
+    return hostfix.run(tuple(f for f in FIXES if f not in DEEPSEEK_V4_FIXES), apply=patch)
+
+
+def apply_deepseek_v4(patch: bool = True) -> list[hostfix.FixStatus]:
+    """Probe the DeepSeek-V4 fixes and patch what this SGLang needs.  Never raises."""
+    return hostfix.run(DEEPSEEK_V4_FIXES, apply=patch)

@@ -77,6 +77,19 @@ def register() -> None:
         host_fixes.apply()
     except Exception:  # noqa: BLE001
         logger.exception("dflash_rocm_plugin: SGLang host fixes failed")
+    _watch_deepseek_v4()
+
+
+def _watch_deepseek_v4() -> None:
+    # The DeepSeek-V4 fixes run when its attention backend is built (deepseek_v4.py), not here.
+    try:
+        from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+
+        from dflash_rocm_plugin.sglang import deepseek_v4
+
+        deepseek_v4.watch(ATTENTION_BACKENDS)
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("dflash_rocm_plugin: DeepSeek-V4 start-up check not installed: %r", exc)
 
 
 def _warn_if_kernels_cannot_run() -> None:

@@ -231,6 +231,7 @@ def main(version: str) -> dict:
     kind, resolve = _draft_resolver()
     from dflash_rocm_plugin.sglang import host_fixes
     report["dry_run"] = {s.id: s.as_dict() for s in host_fixes.apply(patch=False)}
+    report["dsv4_dry_run"] = {s.id: s.as_dict() for s in host_fixes.apply_deepseek_v4(patch=False)}
     if report["dry_run"]["sglang-dflash-draft-backend"]["status"] != "not needed":
         _draft_backend_checks(report, kind, resolve)
     report["stubbed_sgl_kernel_for"] = _STUBBED

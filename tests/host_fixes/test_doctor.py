@@ -4,7 +4,7 @@ In this environment neither host is installed in site-packages, so the in-proces
 the no-host report.  The real SGLang 0.5.23 and 0.5.18 releases (unpacked by the hostfix
 environment) are put on PYTHONPATH for CLI runs in subprocesses: on 0.5.23 the plugin's
 entry point is seen, ``rocm_dflash`` is registered after SGLang's own ``load_plugins()`` and
-every fix is "not needed" (exit 0); with the plugin filtered out by ``SGLANG_PLUGINS`` the
+every declared fix, the DeepSeek-V4 ones included, is listed as "not needed" (exit 0); with the plugin filtered out by ``SGLANG_PLUGINS`` the
 same supported host reports the failed registration and exits 1.  (The reports on the older
 releases are checked in test_sglang_releases.py, from the same process that exercised the fix.)
 """
@@ -98,6 +98,8 @@ def test_real_sglang_0_5_23_registered(real_runs):
     host = report["hosts"]["sglang"]
     assert host["version"] == "0.5.23" and host["supported"] and host["entry_point"]
     assert host["registered"] is True, (host["detail"], err[-3000:])
+    from dflash_rocm_plugin.sglang import host_fixes
+    assert [f["id"] for f in host["fixes"]] == [f.id for f in host_fixes.FIXES]  # the DeepSeek-V4 ones too
     assert {f["status"] for f in host["fixes"]} == {"not needed"}
     assert rc == 0 and report["ok"]
 

@@ -2,8 +2,8 @@
 
 Each release runs in its own interpreter (tests/host_fixes/release_checks.py).  Proves, per
 release: every probe's verdict (the DFLASH draft allow-list fix is needed exactly where the
-allow-list is private: 0.5.11, 0.5.14, 0.5.18; nothing is needed on 0.5.23; fixes 2-4 are
-already upstream in every release with DFLASH), and that after the patch the release's own
+allow-list is private: 0.5.11, 0.5.14, 0.5.18; nothing is needed on 0.5.23; fixes 2-4 and the
+DeepSeek-V4 ones are already upstream in every release that has their code), and that after the patch the release's own
 draft-backend resolution (worker __init__ on 0.5.11/0.5.14, the argument hook on 0.5.18)
 keeps ``rocm_dflash``, keeps ``triton``, and on ROCm moves an unset or unusable draft backend
 to ``rocm_dflash`` with exactly one warning - while before the patch the same code threw
@@ -36,6 +36,16 @@ def test_fixes_already_upstream_are_not_needed(reports, version):
     for fix_id in ("sglang-triton-graph-custom-mask", "sglang-dflash-k-rope-dummy-q",
                    "sglang-qwen3-dflash-capture"):
         assert dry[fix_id]["status"] == "not needed", dry[fix_id]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_deepseek_v4_verdicts(reports, version):
+    """0.5.11 has no DeepSeek-V4; the others carry the HIP radix backend with all three parts of
+    the upstream fix (0.5.12, 0.5.13.post1: test_sglang_dsv4_releases.py)."""
+    dry = reports[version]["dsv4_dry_run"]
+    assert len(dry) == 3 and {v["status"] for v in dry.values()} == {"not needed"}, dry
+    if version == "0.5.11":
+        assert {v["reason"] for v in dry.values()} == {"this sglang has no DeepSeek-V4"}
 
 
 def test_legacy_graph_api_is_recognised_as_guarded_on_0_5_11(reports):

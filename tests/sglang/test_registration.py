@@ -1,6 +1,7 @@
 """Registration proves: ``rocm_dflash`` enters SGLang's backend registry, the attention
 and DFLASH-draft CLI choices and the verify-mask allow-list exactly once however often
-``register()`` runs; a fresh process is rejected without the plugin and resolves target
+``register()`` runs, with SGLang's ``dsv4`` factory wrapped once (the DeepSeek-V4 start-up
+check); a fresh process is rejected without the plugin and resolves target
 and draft to ``rocm_dflash`` through the real entry point; ``register()`` never raises,
 gates the sglang version, and calls the host fixes."""
 
@@ -26,6 +27,9 @@ def test_register_is_idempotent():
     assert ATTENTION_BACKENDS["rocm_dflash"] is registration.create_rocm_dflash_backend
     assert choices.ATTENTION_BACKEND_CHOICES.count("rocm_dflash") == 1
     assert choices.DRAFT_ATTENTION_BACKEND_CHOICES.count("rocm_dflash") == 1
+    dsv4 = ATTENTION_BACKENDS["dsv4"]  # the DeepSeek-V4 start-up check, wrapped around it once
+    assert dsv4.__wrapped__.__module__ == "sglang.srt.layers.attention.attention_registry"
+    assert not hasattr(dsv4.__wrapped__, "__wrapped__")
     from sglang.srt.speculative import dflash_utils
 
     registration.allow_verify_without_custom_mask()
