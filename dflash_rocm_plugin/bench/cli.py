@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--save", action="store_true",
                    help="write dated JSON and PNG into benchmarks/results/")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    p.add_argument("--kv", default="bf16", choices=sorted(shapes_mod.KV_BYTES),
+                   help="cache element type: the query dtype, or fp8 (e4m3fn, per-tensor scales)")
+    p.add_argument("--window", type=int, default=None, help="sliding window of every shape (keys)")
+    p.add_argument("--sinks", action="store_true", help="attention sinks (one logit per query head)")
+    p.add_argument("--q-len", type=int, default=16, help="query rows per sequence (DFlash2 blocks: 8; decode: 1)")
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -111,7 +116,8 @@ def run(args, device) -> int:
     layouts = _unique_layouts(models)
     grid = []
     for names in layouts.values():
-        grid += shapes_mod.grid([names[0]], modes, pairs, pages)
+        grid += shapes_mod.grid([names[0]], modes, pairs, pages, q_len=args.q_len, kv=args.kv,
+                                window=args.window, sinks=args.sinks)
     show_progress = not args.no_progress
 
     ceiling = timing.copy_ceiling_tbs(device)
@@ -141,7 +147,8 @@ def run(args, device) -> int:
         plan = ops.describe_launch(
             num_tokens=case.q.shape[0], num_seqs=shape.batch, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
             page_size=shape.page, kv_capacity=case.block_tables[0].shape[1] * shape.page, causal=shape.causal,
-            dtype=case.q.dtype, max_query_len=shape.q_len, device=device)
+            dtype=case.q.dtype, max_query_len=shape.q_len, sliding_window=shape.window, sinks=shape.sinks,
+            kv_cache_dtype=case.k_cache.dtype, device=device)
         # Owned by the caller, as a host owns it: graph capture below never allocates.
         ws = torch.empty(plan.workspace_floats, dtype=torch.float32, device=device) if plan.workspace_floats else None
 
@@ -149,7 +156,7 @@ def run(args, device) -> int:
             return lambda: ops.paged_attention(
                 case.q, case.k_cache, case.v_cache, case.block_tables[i], case.seq_lens,
                 case.query_start_loc, causal=shape.causal, out=outs[i], max_query_len=shape.q_len,
-                workspace=ws)
+                workspace=ws, **case.features())
         calls = [plugin_call(i) for i in range(case.copies)]
         calls[0]()
         row = dict(base, impl="plugin", copies=case.copies, rel_err=inputs.rel_error(outs[0], ref))
@@ -168,6 +175,8 @@ def run(args, device) -> int:
             done += 1
             if (shape.batch, shape.context) not in peer_pairs:
                 continue
+            if not shape.plain and name not in peers_mod.FEATURE_PEERS:
+                continue  # this peer takes no fp8 cache, window or sinks here
             prow = dict(base, impl=name)
             pcalls = pout = None
             if isinstance(prepare, str):

@@ -27,6 +27,13 @@ class Case:
     seq_lens: torch.Tensor       # int32 [B]
     query_start_loc: torch.Tensor  # int32 [B + 1]
     scale: float
+    sinks: torch.Tensor | None = None     # float32 [Hq]
+    k_scale: torch.Tensor | None = None   # float32 [1] for fp8 caches
+    v_scale: torch.Tensor | None = None
+
+    def features(self) -> dict:
+        """The keyword arguments of ``ops.paged_attention`` beyond the tensors, for this case."""
+        return dict(sliding_window=self.shape.window, sinks=self.sinks, k_scale=self.k_scale, v_scale=self.v_scale)
 
     @property
     def copies(self) -> int:
@@ -38,7 +45,7 @@ def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0, shuffle: bo
     b, ctx, page, ql = shape.batch, shape.context, shape.page, shape.q_len
     assert ctx % page == 0 and ctx >= ql
     gen = torch.Generator(device=device).manual_seed(seed)
-    copies = max(1, -(-ROTATE_BYTES // shape.kv_bytes(torch.finfo(dtype).bits // 8)))
+    copies = max(1, -(-ROTATE_BYTES // shape.kv_bytes()))
     pages_per_seq = ctx // page
     num_blocks = copies * b * pages_per_seq
     # Random data, never zeros (zeros can run faster and hide unwritten outputs).
@@ -52,7 +59,14 @@ def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0, shuffle: bo
     q = torch.randn(b * ql, hq, d, device=device, dtype=dtype, generator=gen)
     seq_lens = torch.full((b,), ctx, dtype=torch.int32, device=device)
     qsl = torch.arange(0, (b + 1) * ql, ql, dtype=torch.int32, device=device)
-    return Case(shape, q, k_cache, v_cache, tables, seq_lens, qsl, d ** -0.5)
+    case = Case(shape, q, k_cache, v_cache, tables, seq_lens, qsl, d ** -0.5)
+    if shape.kv == "fp8":
+        case.k_cache, case.v_cache = k_cache.to(torch.float8_e4m3fn), v_cache.to(torch.float8_e4m3fn)
+        case.k_scale = torch.tensor([0.75], device=device)
+        case.v_scale = torch.tensor([1.25], device=device)
+    if shape.sinks:
+        case.sinks = torch.randn(hq, device=device, generator=gen) + 1.0
+    return case
 
 
 def as_page1(case: Case) -> Case:
@@ -65,7 +79,7 @@ def as_page1(case: Case) -> Case:
               for t in case.block_tables]
     shape = dataclasses.replace(s, page=1)
     return Case(shape, case.q, case.k_cache.view(-1, 1, hkv, d), case.v_cache.view(-1, 1, hkv, d), tables,
-                case.seq_lens, case.query_start_loc, case.scale)
+                case.seq_lens, case.query_start_loc, case.scale, case.sinks, case.k_scale, case.v_scale)
 
 
 def dense_kv(case: Case, copy: int = 0):
@@ -85,15 +99,26 @@ def reference(case: Case, copy: int = 0) -> torch.Tensor:
     hq, hkv, d = s.heads
     g = hq // hkv
     k, v = dense_kv(case, copy)
+    k_scale = 1.0 if case.k_scale is None else case.k_scale.float()
+    v_scale = 1.0 if case.v_scale is None else case.v_scale.float()
     out = torch.empty(s.batch * s.q_len, hq, d, device=case.q.device, dtype=torch.float32)
     pos = s.context - s.q_len + torch.arange(s.q_len, device=k.device)
     keys = torch.arange(s.context, device=k.device)
+    hidden = torch.zeros(s.q_len, s.context, dtype=torch.bool, device=k.device)
+    if s.causal:
+        hidden |= keys[None, :] > pos[:, None]
+    if s.window:
+        hidden |= (pos[:, None] - keys[None, :]) >= s.window
     for i in range(s.batch):
         qi = case.q[i * s.q_len:(i + 1) * s.q_len].float().reshape(s.q_len, hkv, g, d)
-        logits = torch.einsum("nkgd,kld->kgnl", qi, k[i].float()) * case.scale
-        if s.causal:
-            logits = logits.masked_fill(keys[None, :] > pos[:, None], float("-inf"))
-        o = torch.einsum("kgnl,kld->nkgd", torch.softmax(logits, -1), v[i].float())
+        logits = torch.einsum("nkgd,kld->kgnl", qi, k[i].float() * k_scale) * case.scale
+        logits = logits.masked_fill(hidden, float("-inf"))
+        if case.sinks is not None:
+            sink = case.sinks.float().reshape(hkv, g, 1, 1).expand(hkv, g, s.q_len, 1)
+            probs = torch.softmax(torch.cat([logits, sink], -1), -1)[..., :-1]
+        else:
+            probs = torch.softmax(logits, -1)
+        o = torch.einsum("kgnl,kld->nkgd", probs, v[i].float() * v_scale)
         out[i * s.q_len:(i + 1) * s.q_len] = o.reshape(s.q_len, hq, d)
     return out
 

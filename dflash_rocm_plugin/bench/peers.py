@@ -122,14 +122,20 @@ def vllm_unified(root: pathlib.Path):
         s = case.shape
         one = _ones(case.q.device)
         outs = [torch.empty_like(case.q) for _ in case.block_tables]
+        # As vLLM's TRITON_ATTN passes them: (W - 1, 0) causal; fp8 caches with per-tensor descales.
+        window = (-1, -1) if s.window is None else (s.window - 1, 0 if s.causal else s.window - 1)
+        fp8 = case.k_scale is not None
+        descale = dict(k_descale=case.k_scale.expand(s.batch, s.heads[1]) if fp8 else one,
+                       v_descale=case.v_scale.expand(s.batch, s.heads[1]) if fp8 else one)
+        quant = {"kv_quant_mode": KVQuantMode.FP8_PER_TENSOR} if fp8 else {}
 
         def call(i):
             return lambda: mod.unified_attention(
                 q=case.q, k=case.k_cache, v=case.v_cache, out=outs[i],
                 cu_seqlens_q=case.query_start_loc, max_seqlen_q=s.q_len, seqused_k=case.seq_lens,
                 max_seqlen_k=s.context, softmax_scale=case.scale, causal=s.causal,
-                window_size=(-1, -1), block_table=case.block_tables[i], softcap=0.0,
-                q_descale=None, k_descale=one, v_descale=one)
+                window_size=window, block_table=case.block_tables[i], softcap=0.0,
+                q_descale=None, sinks=case.sinks, **descale, **quant)
         return [call(i) for i in range(case.copies)], outs[0]
     return prepare
 
@@ -326,6 +332,8 @@ PEERS = {
     "torch_sdpa": ("torch SDPA, dense unpaged copy, GQA folded", torch_sdpa),
 }
 TRITON_PEERS = ("vllm_unified", "vllm_prefix_prefill", "sglang_extend", "aiter_kvcache")
+# Peers timed on shapes with an fp8 cache, a sliding window or sinks (vLLM's unified attention takes all three).
+FEATURE_PEERS = ("vllm_unified",)
 
 
 def load(root, names=None) -> dict:

@@ -15,7 +15,11 @@ MODELS = {
     "qwen3-4b": (32, 8, 128),
     "qwen3-32b": (64, 8, 128),
     "qwen3-30b-a3b": (32, 4, 128),
+    # gpt-oss-120b / -20b: 64 q / 8 kv heads of 64; sinks, window 128 on alternate layers.
+    "gpt-oss-120b": (64, 8, 64),
 }
+# Cache element types: bytes per element (fp8: e4m3fn, with per-tensor scales).
+KV_BYTES = {"bf16": 2, "fp8": 1}
 MODES = {"draft": False, "verify": True}  # mode -> causal
 
 # (batch, context) pairs: the issue's target shapes first, then the rest of 1-64 x 1K-32K.
@@ -32,24 +36,41 @@ class Shape:
     context: int      # KV length per sequence, the 16-token block included
     page: int
     q_len: int = 16
+    kv: str = "bf16"            # cache element type (KV_BYTES); "bf16" means the query dtype
+    window: int | None = None   # sliding window (key j visible from p iff p - j < window)
+    sinks: bool = False
 
     @property
     def causal(self) -> bool:
         return MODES[self.mode]
 
     @property
+    def keys_read(self) -> int:
+        """Keys one sequence's call reads: all of them, or the window the block spans."""
+        return self.context if self.window is None else min(self.context, self.window + self.q_len - 1)
+
+    @property
+    def plain(self) -> bool:
+        """No fp8, window or sinks: every peer can run it."""
+        return self.kv == "bf16" and self.window is None and not self.sinks
+
+    @property
     def heads(self) -> tuple[int, int, int]:
         return MODELS[self.model]
 
-    def kv_bytes(self, element_size: int = 2) -> int:
-        """Unique K and V bytes one call must read: every key of every sequence, once."""
+    def kv_bytes(self, element_size: int | None = None) -> int:
+        """Unique K and V bytes one call must read: every key it sees, of every sequence, once
+        (in the cache's element size unless given)."""
         _, hkv, d = self.heads
-        return 2 * self.batch * self.context * hkv * d * element_size
+        size = KV_BYTES[self.kv] if element_size is None else element_size
+        return 2 * self.batch * self.keys_read * hkv * d * size
 
     @property
     def label(self) -> str:
         ctx = f"{self.context // 1024}K" if self.context % 1024 == 0 else str(self.context)
-        return f"{self.mode} {self.model} b{self.batch}x{ctx} p{self.page}"
+        extra = "".join([f" {self.kv}" if self.kv != "bf16" else "", f" w{self.window}" if self.window else "",
+                         " sinks" if self.sinks else "", f" q{self.q_len}" if self.q_len != 16 else ""])
+        return f"{self.mode} {self.model} b{self.batch}x{ctx} p{self.page}{extra}"
 
 
 def parse_pairs(text: str) -> list[tuple[int, int]]:
@@ -62,6 +83,6 @@ def parse_pairs(text: str) -> list[tuple[int, int]]:
     return pairs
 
 
-def grid(models, modes, pairs, pages, q_len=16) -> list[Shape]:
-    return [Shape(m, mode, b, c, p, q_len) for m in models for mode in modes for (b, c) in pairs
-            for p in pages]
+def grid(models, modes, pairs, pages, q_len=16, kv="bf16", window=None, sinks=False) -> list[Shape]:
+    return [Shape(m, mode, b, c, p, q_len, kv, window, sinks) for m in models for mode in modes
+            for (b, c) in pairs for p in pages]
