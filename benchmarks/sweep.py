@@ -30,7 +30,7 @@ def measure(case, **forced):
     def call(i):
         return lambda: ops.paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables[i],
                                            case.seq_lens, case.query_start_loc, causal=s.causal,
-                                           out=outs[i], max_query_len=s.q_len)
+                                           out=outs[i], max_query_len=s.q_len, **case.features())
     calls = [call(i) for i in range(case.copies)]
     with ops.forced_launch(**forced):
         try:
@@ -79,6 +79,7 @@ def main() -> int:
     ap.add_argument("--variant-cells", default=None, help="e.g. 32x16384x1xdraft,64x8192x16xverify")
     ap.add_argument("--variants", default=None, help="comma list of variant names (default: all)")
     ap.add_argument("--model", default="qwen3-8b", help="head layout of every timed shape (bench/shapes.py)")
+    ap.add_argument("--kv", default="bf16", help="cache element type of the variant cells: bf16 or fp8")
     args = ap.parse_args()
     t0 = time.time()
     dev = torch.device("cuda")
@@ -152,6 +153,13 @@ def main() -> int:
             ("g8 rows128 BN32 asm S=4", dict(page_ids_asm=True, num_stages=4, block_n=32)),
             ("g8 rows64 S=5", dict(block_q=8, block_m=64, num_warps=4, page_ids_asm=False, num_stages=5)),
             ("g8 rows64 asm S=3", dict(block_q=8, block_m=64, num_warps=4, page_ids_asm=True, num_stages=3)),
+            # fp8 caches (--kv fp8): twice the keys per byte, so the loop is bound by the tile chain.
+            ("fp8 BN128 W4 S=3", dict(block_n=128, num_warps=4, num_stages=3)),
+            ("fp8 BN128 W8 S=3", dict(block_n=128, num_warps=8, num_stages=3)),
+            ("fp8 BN64 W8 S=4", dict(block_n=64, num_warps=8, num_stages=4)),
+            ("fp8 BN64 W4 S=4", dict(block_n=64, num_warps=4, num_stages=4)),
+            ("fp8 BN32 W4 S=5", dict(block_n=32, num_warps=4, num_stages=5)),
+            ("fp8 ovl BN64 W4 S=4", dict(block_n=64, num_warps=4, num_stages=4, overlap_qk=True)),
         ]
         if args.variants:
             variants = [v for v in variants if v[0] in args.variants.split(",")]
@@ -162,7 +170,7 @@ def main() -> int:
         if args.variant_cells:
             cells = [(int(b), int(c), int(p), m) for b, c, p, m in
                      (cell.split("x") for cell in args.variant_cells.split(","))]
-        time_grid(result["variants"], [Shape(args.model, m, b, c, p) for b, c, p, m in cells],
+        time_grid(result["variants"], [Shape(args.model, m, b, c, p, kv=args.kv) for b, c, p, m in cells],
                   [(dict(variant=name), fields, name) for name, fields in variants],
                   t0 + args.deadline_s * 0.75, save)
     if "tiles" in args.part:

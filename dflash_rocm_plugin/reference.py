@@ -30,6 +30,15 @@ def paged_attention(q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
         if q_hi == q_lo:
             continue
         keys = torch.arange(seq_len)
+        pos = seq_len - (q_hi - q_lo) + torch.arange(q_hi - q_lo)
+        visible = torch.ones(q_hi - q_lo, seq_len, dtype=torch.bool)
+        if causal:
+            visible &= keys[None, :] <= pos[:, None]
+        if sliding_window:
+            visible &= (pos[:, None] - keys[None, :]) < sliding_window
+        # Only keys some row may see are read: the rest may be freed (NaN) blocks.
+        seen = visible.any(0)
+        keys, visible = keys[seen], visible[:, seen]
         pages = block_table[s, keys // block_size].long().cpu()
         k = _dequantized(k_cache, pages, keys % block_size, k_scale).repeat_interleave(group, dim=1)
         v = _dequantized(v_cache, pages, keys % block_size, v_scale).repeat_interleave(group, dim=1)
@@ -37,12 +46,6 @@ def paged_attention(q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
         logits = torch.einsum("nhd,lhd->hnl", qs, k) * scale
         if softcap:
             logits = softcap * torch.tanh(logits / softcap)
-        pos = seq_len - (q_hi - q_lo) + torch.arange(q_hi - q_lo)
-        visible = torch.ones(q_hi - q_lo, seq_len, dtype=torch.bool)
-        if causal:
-            visible &= keys[None, :] <= pos[:, None]
-        if sliding_window:
-            visible &= (pos[:, None] - keys[None, :]) < sliding_window
         logits = logits.masked_fill(~visible[None], float("-inf"))
         if sinks is not None:
             # One more logit per head with no value: it only joins the denominator.

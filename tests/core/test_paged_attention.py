@@ -189,3 +189,19 @@ def test_outgrown_workspace_stays_alive_for_earlier_graphs():
     big = workspace._get(dev, small.numel() + 1)
     assert big.data_ptr() != small.data_ptr()
     assert any(t.data_ptr() == small.data_ptr() for t in workspace._retired)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+def test_sliding_window_never_reads_blocks_that_left_it(causal, block_size):
+    """A host frees the blocks every row of the block has left the window of (vLLM puts the null
+    block there, SGLang reuses the slots): they hold NaN here and must not be read."""
+    window = 9
+    case = build([70, 41, 12], [16, 5, 12], block_size=block_size)
+    for row, (s, q) in enumerate(zip(case.seq_lens.tolist(), [16, 5, 12])):
+        gone = max(0, s - q - window + 1) // block_size  # whole pages before the first row's window
+        pages = case.block_table[row, :gone].long()
+        case.k_cache[pages] = float("nan")
+        case.v_cache[pages] = float("nan")
+    out = check(case, causal=causal, sliding_window=window)
+    assert torch.isfinite(out[: int(case.query_start_loc[-1])]).all()
