@@ -26,6 +26,7 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
     into the softmax scale and ``v_scale`` applied to the finished row (one program serves one
     KV head, so both are scalars here).  Tiles are converted to the dot dtype after loading.
   * UPCAST_DOTS: dots in fp32 (the Triton interpreter's bf16 dots are wrong).
+  * FP16_DOTS: dots in fp16 for fp8 caches under bf16 queries (see the kernel).
 
 The key loop runs in two phases (as in Triton's fused-attention tutorial): the
 tiles every row of the program may fully see run without any mask; the few
@@ -267,7 +268,7 @@ def paged_attention_kernel(
     NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr, OVERLAP_QK: tl.constexpr,
     USE_SINKS: tl.constexpr, USE_K_SCALE: tl.constexpr, USE_V_SCALE: tl.constexpr,
-    SOFT_FP8: tl.constexpr, UPCAST_DOTS: tl.constexpr,
+    SOFT_FP8: tl.constexpr, UPCAST_DOTS: tl.constexpr, FP16_DOTS: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -297,13 +298,19 @@ def paged_attention_kernel(
                 mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
     if UPCAST_DOTS:
         q = q.to(tl.float32)
+    if FP16_DOTS:
+        # fp8 tiles convert to fp16 in one instruction per pair (bf16 takes a second step), and
+        # fp16 holds every e4m3 value and P exactly; q is saturated into fp16's range.
+        q = tl.minimum(tl.maximum(q.to(tl.float32), -65504.0), 65504.0).to(tl.float16)
     if USE_K_SCALE:
         # Dequantized K is k * k_scale (stride 0: per tensor, 1: per KV head): fold it into the
         # softmax scale.  v_scale is applied to the finished rows.
         scale = scale * tl.load(k_scale_ptr + kv_head * k_scale_stride)
 
-    # Key range of this tile: [kv_begin, kv_end).  Keys below full_end are
-    # visible to every row, so those tiles skip the mask entirely.
+    # Key range of this tile: [kv_begin, kv_end).  Keys in [full_begin, full_end) are visible to
+    # every row, so those tiles skip the mask entirely; only the tiles at the causal diagonal,
+    # the sequence end and the window's lower edge (it moves by one key per row, so it spans the
+    # block's rows) run masked.
     tile_first_pos = first_pos + local_tile * BLOCK_Q
     kv_end = seq_len
     full_end = seq_len
@@ -311,9 +318,12 @@ def paged_attention_kernel(
         kv_end = tl.minimum(seq_len, tile_first_pos + BLOCK_Q)
         full_end = tl.minimum(seq_len, tile_first_pos + 1)
     kv_begin = 0
+    head_tiles = 0
     if USE_WINDOW:
-        kv_begin = tl.maximum(0, tile_first_pos - window + 1)
-        full_end = kv_begin  # the window's lower edge differs per row: mask every tile
+        kv_begin = tl.maximum(0, tile_first_pos - window + 1)   # the first row's window
+        tile_last_pos = tl.minimum(tile_first_pos + BLOCK_Q - 1, seq_len - 1)
+        full_begin = tl.maximum(kv_begin, tile_last_pos - window + 1)  # ... the last row's
+        head_tiles = tl.cdiv(full_begin - kv_begin, BLOCK_N)
     num_kv_tiles = tl.cdiv(kv_end - kv_begin, BLOCK_N)
     num_full_tiles = tl.maximum(full_end - kv_begin, 0) // BLOCK_N
     tile_lo = 0
@@ -322,7 +332,10 @@ def paged_attention_kernel(
         per_split = tl.cdiv(num_kv_tiles, NUM_SPLITS)
         tile_lo = split * per_split
         tile_hi = tl.minimum(tile_lo + per_split, num_kv_tiles)
-    full_hi = tl.minimum(tile_hi, num_full_tiles)
+    # This split's tiles: masked [tile_lo, head_hi), unmasked [full_lo, full_hi), masked [full_hi, tile_hi).
+    head_hi = tl.minimum(tile_hi, head_tiles)
+    full_lo = tl.maximum(tile_lo, head_hi)
+    full_hi = tl.maximum(full_lo, tl.minimum(tile_hi, num_full_tiles))
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -336,15 +349,24 @@ def paged_attention_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
     bt_row = block_table_ptr + seq.to(tl.int64) * stride_bts
 
+    if USE_WINDOW:
+        for t in range(tile_lo, head_hi):
+            acc, l_i, m_i = _attend_tile(
+                acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
+                k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
+                stride_ks, stride_kh, stride_kd, stride_kb,
+                stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
+                dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
+                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
     if OVERLAP_QK:
         acc, l_i, m_i = _attend_full_tiles_overlapped(
-            acc, l_i, m_i, q, tile_lo, full_hi, kv_begin, kv_end,
+            acc, l_i, m_i, q, full_lo, full_hi, kv_begin, kv_end,
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
             dims, dim_ok, BLOCK_N, PAGE_SIZE, USE_SOFTCAP, DOT_PRECISION, PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
     else:
-        for t in range(tile_lo, full_hi):
+        for t in range(full_lo, full_hi):
             acc, l_i, m_i = _attend_tile(
                 acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
                 k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
@@ -352,7 +374,7 @@ def paged_attention_kernel(
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
                 dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
                 PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
-    for t in range(tl.maximum(tile_lo, full_hi), tile_hi):
+    for t in range(full_hi, tile_hi):
         acc, l_i, m_i = _attend_tile(
             acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,

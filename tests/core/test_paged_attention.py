@@ -205,3 +205,13 @@ def test_sliding_window_never_reads_blocks_that_left_it(causal, block_size):
         case.v_cache[pages] = float("nan")
     out = check(case, causal=causal, sliding_window=window)
     assert torch.isfinite(out[: int(case.query_start_loc[-1])]).all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [64, 130, 257])
+@pytest.mark.parametrize("splits", [None, 1, 3])
+def test_long_windows_mask_only_their_edges(causal, window, splits):
+    """Windows spanning several key tiles: the tiles between the window's lower edge (which moves
+    one key per row of the block) and the diagonal run unmasked; the answer is unchanged."""
+    case = build([600, 333, 40], [16, 9, 16], num_q_heads=4, num_kv_heads=1)
+    check(case, causal=causal, sliding_window=window, num_kv_splits=splits)
