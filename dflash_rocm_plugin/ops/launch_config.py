@@ -105,8 +105,13 @@ def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int
 
 def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, head_dim: int,
            kv_capacity: int, max_query_len: int | None, num_splits: int | None,
-           device_index: int | None, page_size: int | None = None) -> AttentionLaunch:
-    """The launch for these shapes; ``page_size`` None (unknown) is treated as 16 or more."""
+           device_index: int | None, page_size: int | None = None, window: int | None = None) -> AttentionLaunch:
+    """The launch for these shapes; ``page_size`` None (unknown) is treated as 16 or more.
+
+    ``window`` (a sliding window) bounds the keys one tile reads, whatever the capacity: the
+    launch is that of a sequence of that many keys (H200, DFlash2 q8 at 32 x 16K with window
+    2048: the 16K capacity's 5-stage pipeline lost 14 % against the 2K-key launch).
+    """
     head_dim_pad = max(16, _runtime.next_power_of_2(head_dim))
     # Query rows per tile: 64, or 128 when the group is large and the head is
     # small enough for the accumulator to stay in registers.
@@ -115,6 +120,8 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     if max_query_len is not None:
         block_q = min(block_q, _runtime.next_power_of_2(max(1, max_query_len)))
     block_m = max(16, _runtime.next_power_of_2(block_q * group))
+    if window is not None:
+        kv_capacity = min(kv_capacity, window + block_q - 1)
     arch = _runtime.gpu_arch(device_index)
     block_n, num_warps, num_stages = _arch_defaults(arch, head_dim_pad, block_m)
 

@@ -41,7 +41,7 @@ def describe_launch(*, num_tokens: int, num_seqs: int, num_q_heads: int, num_kv_
     cfg = launch_config.choose(
         num_tokens=num_tokens, num_seqs=num_seqs, num_kv_heads=num_kv_heads, group=num_q_heads // num_kv_heads,
         head_dim=head_dim, kv_capacity=kv_capacity, max_query_len=max_query_len, num_splits=num_kv_splits,
-        device_index=index, page_size=page_size)
+        device_index=index, page_size=page_size, window=sliding_window)
     floats = workspace.elements(cfg.num_splits, num_tokens, num_q_heads, head_dim) if cfg.num_splits > 1 else 0
     return LaunchDescription(name, reason, cfg, floats)
 

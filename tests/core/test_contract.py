@@ -89,6 +89,7 @@ def test_describe_launch_is_what_the_triton_backend_runs(monkeypatch, device, ba
     class Shapes:  # the fields triton_backend.plan reads from a call
         num_tokens, num_seqs, num_q_heads, num_kv_heads = batch * q_len, batch, 32, 8
         head_dim, kv_capacity, max_query_len, num_kv_splits, page_size = 128, args["kv_capacity"], q_len, None, page
+        window = 0
         q = torch.empty(0)
     assert triton_backend.plan(Shapes) == described.launch
     if described.launch.num_splits > 1:

@@ -113,3 +113,16 @@ def test_forced_fields_apply_inside_the_block_only(device):
     with pytest.raises(ValueError, match="unknown launch fields"):
         with launch_config.forced(stages=2):
             pass
+
+
+@pytest.mark.parametrize("batch,context", [(32, 16384), (8, 4096), (1, 32768)])
+def test_a_window_launches_as_a_sequence_of_the_window_s_keys(device, batch, context):
+    """DFlash2 drafts: window 2048 over a long capacity gets the launch of ~2K keys."""
+    device(**H200)
+
+    def launch(capacity, window=None):
+        return launch_config.choose(num_tokens=batch * 8, num_seqs=batch, num_kv_heads=8, group=4, head_dim=128,
+                                    kv_capacity=capacity, max_query_len=8, num_splits=None, device_index=0,
+                                    page_size=16, window=window)
+    assert launch(context, window=2048) == launch(2048 + 8 - 1)
+    assert launch(1024, window=2048) == launch(1024)
