@@ -36,10 +36,12 @@ class Shape:
 
 
 def make_runner(shape: Shape, *, max_bs: int = 4, verify_tokens: int = 16, is_draft: bool = False,
-                sliding_window: int | None = None, context_len: int = CONTEXT_LEN):
+                sliding_window: int | None = None, context_len: int = CONTEXT_LEN, pool_tokens: int | None = None):
     page = shape.page_size
     req_pool = ReqToTokenPool(size=max_bs, max_context_len=context_len, device="cpu", enable_memory_saver=False)
     num_pages = max_bs * (-(-min(context_len, 2 * CONTEXT_LEN) // page)) * 2
+    if pool_tokens is not None:
+        num_pages = -(-pool_tokens // page) + 1
     kv_pool = MHATokenToKVPool(
         size=num_pages * page, page_size=page, dtype=shape.dtype, head_num=shape.num_kv_heads,
         head_dim=shape.head_dim, layer_num=1, device="cpu", enable_memory_saver=False, enable_alt_stream=False)
