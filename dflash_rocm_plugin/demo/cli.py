@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     tiny.add_argument("--draft-mode", choices=("distilled", "random"), default="distilled",
                       help="random: an untrained draft (still lossless, tau ~ 1)")
     tiny.add_argument("--distill-steps", type=int, default=200)
+    tiny.add_argument("--draft-window", type=int, metavar="N",
+                      help="a DFlash2-style draft: every draft layer attends over a sliding window of the last "
+                           "N keys (still non-causal within its block; N >= the block size), distilled with "
+                           "that window; its cache evicts what no later window sees")
     check = p.add_argument_group("self-check")
     check.add_argument("--fault", choices=("none", "skip-verify"), default="none",
                        help="skip-verify: accept drafts unverified; the lossless check must then say no")
@@ -79,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     target, draft, prompts, tokenizer, models = setup
     max_new = _given(args.max_new_tokens, 128 if args.target else 16)
     block = _given(args.block_size, draft.config.block_size)
+    window = draft.config.sliding_window
+    if window is not None and block > window:
+        print(f"dflash-rocm demo: --block-size {block} is longer than the draft's sliding window {window}; "
+              "the block must see itself whole", file=sys.stderr)
+        return 2
     page = _given(args.page_size, 16 if args.target else 4)
     # a bar only where someone watches (a terminal); logs and pipes stay clean
     bar = report.ProgressBar if sys.stderr.isatty() and not args.no_progress else None
@@ -88,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     base = speculative.target_greedy(target, prompts, max_new, page_size=page, seed=args.seed,
                                      progress=bar("target-only") if bar else None)
     result = report.summarize(spec, base, prompts=prompts, block_size=block, page_size=page, device=device,
-                              dtype=dtype, models=models, fault=args.fault)
+                              dtype=dtype, models=models, fault=args.fault, draft=draft.config)
     if args.json:
         print(json.dumps(result))
     else:
@@ -117,6 +126,12 @@ def _validate(args):
     _at_least("--distill-steps", args.distill_steps, 1)
     if args.target and args.draft_mode != "distilled":
         raise UsageError("--draft-mode only applies to the tiny models (a checkpoint draft is what it is)")
+    if args.draft_window is not None:
+        if args.target:
+            raise UsageError("--draft-window only applies to the tiny models (a checkpoint draft's window is "
+                             "its config.json's sliding_window)")
+        from dflash_rocm_plugin.demo.tiny import TINY_BLOCK_SIZE
+        _at_least("--draft-window", args.draft_window, _given(args.block_size, TINY_BLOCK_SIZE))
     device = _device(args.device)
     dtype = _dtype(args.dtype, device)
     prompts = _prompt_ids(args.prompt_ids)
@@ -182,14 +197,16 @@ def _vocab_size(args) -> int:
 def _tiny(args, prompts, dtype, device):
     from dflash_rocm_plugin.demo import tiny
     target = tiny.tiny_target(args.seed)
-    draft = tiny.tiny_draft(target, mode=args.draft_mode, seed=args.seed, steps=args.distill_steps)
+    draft = tiny.tiny_draft(target, mode=args.draft_mode, seed=args.seed, steps=args.distill_steps,
+                            sliding_window=args.draft_window)
     vocab = target.config.vocab_size
     prompts = prompts or tiny.random_prompts(_given(args.batch, 3), vocab, seed=args.seed + 10,
                                              exclude=draft.config.mask_token_id)
     models = {"target": "tiny Qwen3 (seeded random, %d layers, hidden %d, vocab %d)" % (
         target.config.num_hidden_layers, target.config.hidden_size, vocab),
-        "draft": "tiny DFlash (%d layers, %s, target layers %s)" % (
-        draft.config.num_hidden_layers, args.draft_mode, draft.config.target_layer_ids)}
+        "draft": "tiny DFlash (%d layers, %s, target layers %s%s)" % (
+        draft.config.num_hidden_layers, args.draft_mode, draft.config.target_layer_ids,
+        "" if args.draft_window is None else f", sliding window {args.draft_window}")}
     return (target.to(device=device, dtype=dtype), draft.to(device=device, dtype=dtype),
             _batch(prompts, args.batch), None, models)
 

@@ -59,6 +59,13 @@ class DraftConfig:
     input_embedding_scale: float = 1.0
     output_multiplier: float = 1.0
     final_logit_softcapping: float | None = None
+    # A DFlash2-style draft: every layer attends over a sliding window of this many keys
+    # (key j visible from position p iff p - j < window), still non-causal within the block.
+    sliding_window: int | None = None
+
+    @property
+    def style(self) -> str:
+        return "dflash" if self.sliding_window is None else "sliding-window"
 
     @classmethod
     def from_hf(cls, raw: dict[str, Any]) -> "DraftConfig":
@@ -72,9 +79,21 @@ class DraftConfig:
         if raw.get("model_type", "qwen3") != "qwen3":
             raise ConfigError(f"{where}: model_type {raw.get('model_type')!r} is not supported (supported: 'qwen3')")
         layer_types = raw.get("layer_types") or []
-        if any(t != "full_attention" for t in layer_types) or raw.get("is_causal") or dflash.get("causal"):
-            raise ConfigError(f"{where}: causal or sliding-window draft layers are not supported by the demo "
-                              "(supported: all layers full_attention, non-causal)")
+        window = None
+        if layer_types and all(t == "sliding_attention" for t in layer_types):
+            window = dflash.get("swa_window_size", raw.get("sliding_window"))
+            if window is None:
+                raise ConfigError(f"{where}: sliding_attention layers need sliding_window")
+            window = int(window)
+        elif any(t != "full_attention" for t in layer_types):
+            raise ConfigError(f"{where}: mixed draft layer types {sorted(set(layer_types))} are not supported by "
+                              "the demo (supported: all full_attention, or all sliding_attention)")
+        # HF-format sliding layers default to causal (vLLM's _dflash_layer_causal); the demo's
+        # drafts are non-causal blocks, so a sliding draft must say so.
+        causal = raw.get("is_causal", dflash.get("causal", window is not None))
+        if causal:
+            raise ConfigError(f"{where}: causal draft layers are not supported by the demo (supported: "
+                              "non-causal blocks; a sliding-window draft needs is_causal: false)")
         fields = _qwen3_fields(raw, where)
         fields.pop("vocab_size")
         mask = dflash.get("mask_token_id", raw.get("mask_token_id"))
@@ -93,7 +112,8 @@ class DraftConfig:
                    input_embedding_scale=float(dflash.get("input_embedding_scale",
                                                           raw.get("input_embedding_scale", 1.0))),
                    output_multiplier=float(dflash.get("output_multiplier", raw.get("output_multiplier", 1.0))),
-                   final_logit_softcapping=None if softcap is None else float(softcap))
+                   final_logit_softcapping=None if softcap is None else float(softcap),
+                   sliding_window=window)
 
     def to_hf(self, vocab_size: int) -> dict[str, Any]:
         # The published layout: a Qwen3 config plus the DFlash fields (the reference loader reads
@@ -103,6 +123,9 @@ class DraftConfig:
                "num_target_layers": self.num_target_layers,
                "dflash_config": {"mask_token_id": self.mask_token_id,
                                  "target_layer_ids": list(self.target_layer_ids)}}
+        if self.sliding_window is not None:
+            out.update(layer_types=["sliding_attention"] * self.num_hidden_layers,
+                       sliding_window=self.sliding_window, use_sliding_window=True, is_causal=False)
         return out
 
     def check_against(self, target: TargetConfig) -> None:
@@ -119,6 +142,9 @@ class DraftConfig:
                               f"(0..{target.vocab_size - 1})")
         if self.block_size < 2:
             raise ConfigError(f"draft block_size must be >= 2, got {self.block_size}")
+        if self.sliding_window is not None and self.sliding_window < self.block_size:
+            raise ConfigError(f"draft sliding_window {self.sliding_window} is shorter than its block "
+                              f"({self.block_size}); the block must see itself whole")
 
 
 def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:

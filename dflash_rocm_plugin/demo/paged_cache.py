@@ -2,7 +2,9 @@
 
 Pages come from a shuffled free list, so a sequence's pages are scattered and never contiguous
 (the block table is really exercised).  Fresh caches are filled with NaN: a kernel that reads a
-slot nothing was written to poisons the output instead of passing silently.
+slot nothing was written to poisons the output instead of passing silently.  A sliding-window
+cache evicts the pages that lie wholly before every future window, as the hosts' window
+managers do, and poisons them with NaN too.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class PagedKVCache:
         self.device = device
         self._allocator = PageAllocator(num_pages, seed)
         self.pages: dict[int, list[int]] = {}
+        self.evicted: dict[int, int] = {}  # per sequence: leading pages evicted (NaN, never read again)
 
     @staticmethod
     def pages_needed(num_seqs: int, max_len: int, page_size: int) -> int:
@@ -50,9 +53,21 @@ class PagedKVCache:
         if need > 0:
             have.extend(self._allocator.allocate(need))
 
-    def batch(self, seqs: list[int], starts: list[int], lengths: list[int], *, causal: bool) -> "PagedBatch":
+    def evict_before(self, seq: int, position: int) -> None:
+        """Evict the pages of ``seq`` wholly before ``position`` (no later window reaches them):
+        their K/V become NaN in every layer, so a read of one would poison the output."""
+        pages = self.pages.get(seq, [])
+        upto = min(position // self.page_size, len(pages))
+        for page in pages[self.evicted.get(seq, 0):upto]:
+            for buf in self.k + self.v:
+                buf[page] = float("nan")
+        self.evicted[seq] = max(self.evicted.get(seq, 0), upto)
+
+    def batch(self, seqs: list[int], starts: list[int], lengths: list[int], *, causal: bool,
+              sliding_window: int | None = None) -> "PagedBatch":
         """One forward in which sequence ``seqs[i]`` brings ``lengths[i]`` tokens at positions
-        ``starts[i]...`` and attends over keys ``0 .. starts[i] + lengths[i] - 1``."""
+        ``starts[i]...`` and attends over keys ``0 .. starts[i] + lengths[i] - 1`` (those of the
+        last ``sliding_window`` positions when given)."""
         slots, positions = [], []
         for s, start, n in zip(seqs, starts, lengths):
             self.reserve(s, start + n)
@@ -67,7 +82,7 @@ class PagedKVCache:
             qsl.append(qsl[-1] + n)
         i32 = dict(dtype=torch.int32, device=self.device)
         return PagedBatch(
-            self, causal=causal, max_query_len=max(lengths),
+            self, causal=causal, sliding_window=sliding_window, max_query_len=max(lengths),
             slots=torch.tensor(slots, dtype=torch.int64, device=self.device),
             positions=torch.tensor(positions, dtype=torch.int64, device=self.device),
             block_table=torch.tensor(table, **i32),
@@ -79,8 +94,9 @@ class PagedBatch:
     """The ``attend(layer, q, k, v)`` callback of one forward: store this step's K/V, then attend."""
 
     def __init__(self, cache: PagedKVCache, *, causal: bool, max_query_len: int, slots, positions,
-                 block_table, seq_lens, query_start_loc):
+                 block_table, seq_lens, query_start_loc, sliding_window: int | None = None):
         self.cache, self.causal, self.max_query_len = cache, causal, max_query_len
+        self.sliding_window = sliding_window
         self.slots, self.positions = slots, positions
         self.block_table, self.seq_lens, self.query_start_loc = block_table, seq_lens, query_start_loc
 
@@ -91,4 +107,5 @@ class PagedBatch:
         self.store(layer, k, v)
         return ops.paged_attention(
             q, self.cache.k[layer], self.cache.v[layer], self.block_table, self.seq_lens,
-            self.query_start_loc, causal=self.causal, max_query_len=self.max_query_len)
+            self.query_start_loc, causal=self.causal, sliding_window=self.sliding_window,
+            max_query_len=self.max_query_len)

@@ -11,7 +11,7 @@ from dflash_rocm_plugin import ops
 
 SCHEMA_KEYS = ("lossless", "tokens_equal", "tokens_total", "first_mismatch", "tau", "block_size", "batch",
                "max_new_tokens", "dflash", "target_only", "speedup", "device", "dtype", "kernel_path",
-               "models", "fault", "acceptance", "outputs")
+               "models", "draft", "fault", "acceptance", "outputs")
 
 
 class ProgressBar:
@@ -49,7 +49,9 @@ def device_name(device: torch.device) -> str:
     return "cpu"
 
 
-def summarize(spec, base, *, prompts, block_size, page_size, device, dtype, models, fault) -> dict:
+def summarize(spec, base, *, prompts, block_size, page_size, device, dtype, models, fault, draft=None) -> dict:
+    """``draft``: the draft's config; the report says which style ran (``dflash``: full attention
+    over the context; ``sliding-window``: DFlash2-style, every layer over the last ``window`` keys)."""
     equal = total = 0
     first = None
     for s, (a, b) in enumerate(zip(spec.tokens, base.tokens)):
@@ -74,6 +76,8 @@ def summarize(spec, base, *, prompts, block_size, page_size, device, dtype, mode
         "speedup": round(base.seconds / spec.seconds, 3) if spec.seconds > 0 else None,
         "device": device_name(device), "dtype": str(dtype).removeprefix("torch."),
         "kernel_path": kernel_path(device), "models": models, "fault": fault,
+        "draft": {"style": getattr(draft, "style", "dflash"), "window": getattr(draft, "sliding_window", None),
+                  "causal": False},
         "acceptance": spec.acceptance, "outputs": spec.tokens,
     }
 
@@ -81,7 +85,8 @@ def summarize(spec, base, *, prompts, block_size, page_size, device, dtype, mode
 def render(r: dict, tokenizer=None) -> str:
     lines = [
         f"target: {r['models']['target']}",
-        f"draft:  {r['models']['draft']}",
+        f"draft:  {r['models']['draft']}" + (
+            f" [sliding-window draft, window {r['draft']['window']}]" if r.get("draft", {}).get("window") else ""),
         f"device: {r['device']}   dtype: {r['dtype']}",
         f"kernels: {r['kernel_path']}",
         f"batch {r['batch']}, block size {r['block_size']}, {r['max_new_tokens']} new tokens per sequence, "

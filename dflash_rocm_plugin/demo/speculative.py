@@ -9,6 +9,9 @@ One DFlash step for every unfinished sequence ``s`` (bonus token ``b`` at positi
      the first mismatch (or after the last draft): ``a + 1`` tokens; tau counts them (bonus included).
 Rejected positions need no rollback in a paged cache: next step's writes start at the new
 ``start`` and every attention call only reads ``seq_len`` keys.
+
+A sliding-window (DFlash2-style) draft attends over the last ``window`` keys of each block row;
+after each step its cache evicts (NaN-poisons) the pages no later block can see.
 """
 
 from __future__ import annotations
@@ -134,7 +137,7 @@ def dflash_greedy(target: Qwen3Target, draft: DFlashDraft, prompts: list[list[in
         draft.context_kv(torch.cat([pending[s] for s in act]), ctx.positions, ctx.store)
         # 2. one non-causal draft forward over each block
         n = [min(block, max_new_tokens - len(out[s]) + 1) for s in act]
-        blk = dcache.batch(act, [start[s] for s in act], n, causal=False)
+        blk = dcache.batch(act, [start[s] for s in act], n, causal=False, sliding_window=dcfg.sliding_window)
         block_ids = [[out[s][-1]] + [dcfg.mask_token_id] * (k - 1) for s, k in zip(act, n)]
         hidden = draft.block_hidden(torch.tensor(sum(block_ids, []), device=device), blk.positions, target, blk)
         qsl = blk.query_start_loc.tolist()
@@ -159,6 +162,9 @@ def dflash_greedy(target: Qwen3Target, draft: DFlashDraft, prompts: list[list[in
             accepted[s].append(produced)
             pending[s] = captured[qsl[i]:qsl[i] + a + 1]
             start[s] += a + 1
+            if dcfg.sliding_window is not None:
+                # The next block's first row, at start[s], sees keys from start[s] - window + 1.
+                dcache.evict_before(s, start[s] - dcfg.sliding_window + 1)
         if progress:
             progress(min(len(o) for o in out), max_new_tokens)
     _sync(device)

@@ -32,14 +32,15 @@ DRAFT_MODES = ("distilled", "random")
 ATTENTION_GAIN = 0.05
 
 
-def tiny_configs(block_size: int = TINY_BLOCK_SIZE) -> tuple[TargetConfig, DraftConfig]:
+def tiny_configs(block_size: int = TINY_BLOCK_SIZE,
+                 sliding_window: int | None = None) -> tuple[TargetConfig, DraftConfig]:
     target = TargetConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
                           num_attention_heads=2, num_key_value_heads=1, head_dim=32)
     draft = DraftConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                         num_key_value_heads=1, head_dim=32,
                         target_layer_ids=[1, 2],
                         mask_token_id=target.vocab_size - 1, block_size=block_size,
-                        num_target_layers=target.num_hidden_layers)
+                        num_target_layers=target.num_hidden_layers, sliding_window=sliding_window)
     return target, draft
 
 
@@ -149,6 +150,9 @@ def distill(draft: DFlashDraft, target: Qwen3Target, *, seed: int, steps: int = 
         blk_pos = (t[..., None] + torch.arange(block)).reshape(-1)
         anchor = t.repeat_interleave(block, dim=1)                                    # [batch, A*B]
         sees_ctx = torch.arange(length)[None, None, :] < anchor[..., None]
+        if cfg.sliding_window is not None:  # DFlash2-style: the last `window` keys of each row only
+            row_pos = blk_pos.view(batch, -1)
+            sees_ctx &= row_pos[..., None] - torch.arange(length)[None, None, :] < cfg.sliding_window
         blk_id = torch.arange(anchors).repeat_interleave(block)
         sees_blk = (blk_id[:, None] == blk_id[None, :]).expand(batch, -1, -1)
         attend = DenseAttention(torch.cat([sees_ctx, sees_blk], dim=2), batch)
@@ -171,16 +175,18 @@ _DISTILLED: dict[tuple, dict] = {}
 
 
 def tiny_draft(target: Qwen3Target, *, mode: str = "distilled", seed: int = 0,
-               block_size: int = TINY_BLOCK_SIZE, steps: int = 200) -> DFlashDraft:
-    """The tiny draft for ``tiny_target(seed)`` (distilled once per process and remembered)."""
+               block_size: int = TINY_BLOCK_SIZE, steps: int = 200,
+               sliding_window: int | None = None) -> DFlashDraft:
+    """The tiny draft for ``tiny_target(seed)`` (distilled once per process and remembered);
+    ``sliding_window``: a DFlash2-style draft, every layer windowed, distilled with that window."""
     if mode not in DRAFT_MODES:
         raise ValueError(f"draft mode must be one of {DRAFT_MODES}, got {mode!r}")
-    key = (mode, seed, block_size, steps)
+    key = (mode, seed, block_size, steps, sliding_window)
     if key in _DISTILLED:
-        draft = DFlashDraft(tiny_configs(block_size)[1])
+        draft = DFlashDraft(tiny_configs(block_size, sliding_window)[1])
         draft.load_state_dict(_DISTILLED[key])
         return draft.eval()
-    _, cfg = tiny_configs(block_size)
+    _, cfg = tiny_configs(block_size, sliding_window)
     draft = DFlashDraft(cfg)
     _init_(draft, torch.Generator().manual_seed(seed + 1))
     if mode == "distilled":

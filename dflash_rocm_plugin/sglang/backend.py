@@ -55,14 +55,18 @@ class RocmDflashAttnBackend(AttentionBackend):
     needs_cpu_seq_lens = False
 
     def __init__(self, model_runner):
-        check_runner(model_runner)
+        layout = check_runner(model_runner)
         super().__init__()
         mc = model_runner.model_config
         tp, dcp = compat.attn_tp_size(), compat.attn_dcp_size()
         self.device = torch.device(model_runner.device)
         self.page_size = getattr(model_runner, "page_size", 1) or 1
+        # HybridLinearAttnBackend, wrapping this backend for GDN hybrids, reads the pools off it.
+        self.req_to_token_pool = model_runner.req_to_token_pool
         self.req_to_token = model_runner.req_to_token_pool.req_to_token
         self.token_to_kv_pool = model_runner.token_to_kv_pool
+        self.swa_pool = layout.swa_pool  # hybrid sliding-window memory (pools.py), or None
+        self.swa_layers = layout.swa_layers
         self.kv_index_translator = compat.kv_index_translator(model_runner)  # None before 0.5.20
         self.num_q_heads = compat.num_q_heads(mc, tp)
         self.num_kv_heads = compat.num_kv_heads(mc, tp, dcp)
@@ -74,11 +78,14 @@ class RocmDflashAttnBackend(AttentionBackend):
         self.forward_metadata = None
         self._graph: md.GraphBuffers | None = None
         # One split-KV scratch for every batch, eager or captured: sized for any query lengths
-        # of up to as many requests as the request pool holds.
-        floats = ops.workspace_floats(
-            num_q_heads=self.num_q_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+        # of up to as many requests as the request pool holds, and for each sub-pool's heads
+        # (a hybrid sliding-window model's window layers may differ).
+        floats = max(ops.workspace_floats(
+            num_q_heads=self.num_q_heads, num_kv_heads=kv_heads, head_dim=head_dim,
             max_num_seqs=model_runner.req_to_token_pool.size,
             max_kv_len=self.pages_per_row * self.page_size, device=self.device)
+            for kv_heads, head_dim in _sub_pool_heads(self.token_to_kv_pool, layout.probe_layers,
+                                                      (self.num_kv_heads, self.head_dim)))
         self.workspace = torch.empty(floats, dtype=torch.float32, device=self.device) if floats else None
 
     # ---- metadata ---------------------------------------------------------------------
@@ -100,11 +107,17 @@ class RocmDflashAttnBackend(AttentionBackend):
         md.fill_block_table(self._kv_ids(), forward_batch, bs, self.page_size, block_table)
         qsl = torch.empty((bs + 1,), dtype=torch.int32, device=self.device)
         md.fill_query_start_loc(rows, bs, qsl)
-        self.forward_metadata = md.PagedMetadata(block_table, kv_lens.to(torch.int32), qsl, max_q,
-                                                 self.workspace)
+        meta = md.PagedMetadata(block_table, kv_lens.to(torch.int32), qsl, max_q, self.workspace)
+        if self.swa_pool is not None:
+            meta.swa_block_table = torch.empty_like(block_table)
+            md.fill_swa_block_table(self.swa_pool.full_to_swa_index_mapping, block_table, bs,
+                                    self.page_size, meta.swa_block_table)
+            meta.swa_write_loc = md.swa_write_loc(self.swa_pool, forward_batch)
+        self.forward_metadata = meta
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int, **_unused):
-        self._graph = md.GraphBuffers.allocate(max_bs, self.pages_per_row, self.device)
+        self._graph = md.GraphBuffers.allocate(max_bs, self.pages_per_row, self.device,
+                                               swa_tokens=max_num_tokens if self.swa_pool is not None else 0)
 
     def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
         """Capture and replay: refill the address-stable buffers the graph reads."""
@@ -119,8 +132,14 @@ class RocmDflashAttnBackend(AttentionBackend):
         md.fill_block_table(self._kv_ids(), forward_batch, bs, self.page_size, g.block_table)
         g.seq_lens[:bs].copy_(kv_lens)
         md.fill_query_start_loc(rows, bs, g.query_start_loc)
-        self.forward_metadata = md.PagedMetadata(
-            g.block_table, g.seq_lens[:bs], g.query_start_loc[: bs + 1], max_q, self.workspace)
+        meta = md.PagedMetadata(g.block_table, g.seq_lens[:bs], g.query_start_loc[: bs + 1], max_q,
+                                self.workspace)
+        if self.swa_pool is not None:
+            md.fill_swa_block_table(self.swa_pool.full_to_swa_index_mapping, g.block_table, bs,
+                                    self.page_size, g.swa_block_table)
+            meta.swa_block_table = g.swa_block_table
+            meta.swa_write_loc = md.swa_write_loc(self.swa_pool, forward_batch, into=g.swa_write_loc)
+        self.forward_metadata = meta
 
     def init_forward_metadata_in_graph(self, forward_batch):
         pass  # everything is prepared out of graph
@@ -154,6 +173,7 @@ class RocmDflashAttnBackend(AttentionBackend):
 
     def _forward(self, q, k, v, layer, fb, save_kv_cache, causal, kwargs):
         _reject_unsupported(layer, fb, kwargs)
+        meta = self.forward_metadata
         pool = self.token_to_kv_pool
         k_cache = paged_view(pool.get_key_buffer(layer.layer_id), self.page_size)
         v_cache = paged_view(pool.get_value_buffer(layer.layer_id), self.page_size)
@@ -163,18 +183,18 @@ class RocmDflashAttnBackend(AttentionBackend):
             # k is None on the fused AITER Qwen3 decode path, which wrote K/V itself.
             if self.fp8_cache:
                 hkv = layer.tp_k_head_num
+                loc = meta.swa_write_loc if layer.layer_id in self.swa_layers else fb.out_cache_loc
                 ops.write_kv_cache(k.view(-1, hkv, layer.qk_head_dim), v.view(-1, hkv, layer.v_head_dim),
-                                   k_cache, v_cache, fb.out_cache_loc, **scales)
+                                   k_cache, v_cache, loc, **scales)
             else:
-                pool.set_kv_buffer(layer, write_loc(fb), k, v)
-        meta = self.forward_metadata
+                pool.set_kv_buffer(layer, write_loc(fb, meta.swa_write_loc), k, v)
         num_heads, head_dim = layer.tp_q_head_num, layer.qk_head_dim
         out = getattr(fb, "_attn_output", None)
         if out is None:
             out = q.new_empty((q.shape[0], num_heads * head_dim))
         ops.paged_attention(
             q.reshape(-1, num_heads, head_dim), k_cache, v_cache,
-            meta.block_table, meta.seq_lens, meta.query_start_loc,
+            self._block_table(meta, layer), meta.seq_lens, meta.query_start_loc,
             causal=causal, scale=layer.scaling,
             sliding_window=sglang_window_to_ops(layer.sliding_window_size),
             softcap=layer.logit_cap if layer.logit_cap and layer.logit_cap > 0 else None,
@@ -183,6 +203,21 @@ class RocmDflashAttnBackend(AttentionBackend):
             workspace=meta.workspace,
         )
         return out
+
+    def _block_table(self, meta, layer):
+        if layer.layer_id not in self.swa_layers:
+            return meta.block_table
+        if layer.sliding_window_size is None or layer.sliding_window_size < 0:
+            # The window sub-pool has freed everything older than the window.
+            raise ops.Unsupported(f"rocm_dflash: layer {layer.layer_id} lives in the sliding-window KV pool "
+                                  "but has no sliding window")
+        return meta.swa_block_table
+
+
+def _sub_pool_heads(pool, probe_layers, default):
+    """(kv heads, head_dim) of each sub-pool's buffers."""
+    shapes = {tuple(pool.get_key_buffer(layer_id).shape[1:]) for layer_id in probe_layers}
+    return sorted(shapes) or [default]
 
 
 def _legacy_batch(bs, req_pool_indices, seq_lens, encoder_lens, forward_mode, spec_info):
@@ -196,15 +231,16 @@ def _legacy_batch(bs, req_pool_indices, seq_lens, encoder_lens, forward_mode, sp
 _KV_WRITE_LOC = compat.kv_write_loc_class()
 
 
-def write_loc(fb):
+def write_loc(fb, swa_loc=None):
     """The batch's KV write target; ``for_batch`` carries the physical mark (sglang >= 0.5.23).
     Before that the plain ``out_cache_loc`` is physical for the pools ``check_runner`` admits;
-    before 0.5.14 ``set_kv_buffer`` takes it as is."""
+    before 0.5.14 ``set_kv_buffer`` takes it as is.  ``swa_loc``: the same slots in a hybrid
+    sliding-window pool's window sub-pool (only such pools read it; they need 0.5.14+)."""
     if _KV_WRITE_LOC is None:
         return fb.out_cache_loc
     if hasattr(_KV_WRITE_LOC, "for_batch"):
-        return _KV_WRITE_LOC.for_batch(fb)
-    return _KV_WRITE_LOC(fb.out_cache_loc)
+        return _KV_WRITE_LOC.for_batch(fb, swa_loc=swa_loc)
+    return _KV_WRITE_LOC(fb.out_cache_loc, swa_loc)
 
 
 def _refuse(layer, features, context: str = "") -> None:

@@ -45,6 +45,22 @@ def swa_pool_classes() -> tuple:
         return ()
 
 
+def swa_kv_pool_class():
+    """``SWAKVPool``, the hybrid sliding-window pool the backend can read, or None."""
+    try:
+        from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+    except ImportError:
+        return None
+    return SWAKVPool
+
+
+def hybrid_linear_pool_class():
+    """``HybridLinearKVPool`` (full-attention K/V of GDN/Mamba hybrids), or None."""
+    from sglang.srt.mem_cache import memory_pool
+
+    return getattr(memory_pool, "HybridLinearKVPool", None)
+
+
 def uses_legacy_graph_hooks() -> bool:
     """True where the graph runner calls ``init_forward_metadata_capture_cuda_graph`` /
     ``..._replay_cuda_graph`` (before the out-of-graph / in-graph hooks existed)."""

@@ -28,6 +28,9 @@ class PagedMetadata:
     query_start_loc: torch.Tensor  # int32 [num_seqs + 1]
     max_query_len: int | None      # host-known bound on rows per request, or None
     workspace: torch.Tensor | None = None  # the backend's split-KV scratch (one for all batches)
+    # Hybrid sliding-window pools: the window sub-pool's pages and this step's write slots there.
+    swa_block_table: torch.Tensor | None = None
+    swa_write_loc: torch.Tensor | None = None
 
 
 @dataclasses.dataclass
@@ -37,13 +40,19 @@ class GraphBuffers:
     block_table: torch.Tensor
     seq_lens: torch.Tensor
     query_start_loc: torch.Tensor
+    swa_block_table: torch.Tensor | None = None
+    swa_write_loc: torch.Tensor | None = None
 
     @classmethod
-    def allocate(cls, max_bs: int, pages_per_row: int, device) -> "GraphBuffers":
+    def allocate(cls, max_bs: int, pages_per_row: int, device, *, swa_tokens: int = 0) -> "GraphBuffers":
+        """``swa_tokens`` > 0: also the window sub-pool's table and write slots (hybrid SWA pools)."""
+        table = lambda: torch.zeros((max_bs, pages_per_row), dtype=torch.int32, device=device)  # noqa: E731
         return cls(
-            block_table=torch.zeros((max_bs, pages_per_row), dtype=torch.int32, device=device),
+            block_table=table(),
             seq_lens=torch.ones((max_bs,), dtype=torch.int32, device=device),
             query_start_loc=torch.zeros((max_bs + 1,), dtype=torch.int32, device=device),
+            swa_block_table=table() if swa_tokens else None,
+            swa_write_loc=torch.zeros((swa_tokens,), dtype=torch.int64, device=device) if swa_tokens else None,
         )
 
 
@@ -113,3 +122,37 @@ def fill_block_table(kv_ids, fb, bs: int, page_size: int, out: torch.Tensor) -> 
     torch.index_select(slots, 0, rows, out=out[:bs])
     if page_size > 1:
         out[:bs].floor_divide_(page_size)
+
+
+def fill_swa_block_table(full_to_swa: torch.Tensor, full_table: torch.Tensor, bs: int, page_size: int,
+                         out: torch.Tensor) -> None:
+    """out[:bs] = the window sub-pool's page of every full page in ``full_table[:bs]``.
+
+    The two sub-pools of a hybrid sliding-window pool are paged in step, so a full page's
+    first slot maps to its window page's first slot.  Pages the window has freed map to
+    page 0 (SGLang's padding page); the kernel reads no key outside the window, so they
+    are never dereferenced, and neither are the columns past a request's length."""
+    first_slots = full_table[:bs].to(torch.long)
+    if page_size > 1:
+        first_slots = first_slots * page_size
+    pages = full_to_swa[first_slots]
+    if page_size > 1:
+        pages = pages.floor_divide_(page_size)
+    out[:bs].copy_(pages)
+
+
+def swa_write_loc(swa_pool, fb, into: torch.Tensor | None = None):
+    """This step's write slots in the window sub-pool (``KVWriteLoc.swa_loc``), translated
+    once per forward as SGLang's backends do; into ``into`` (graphs) when given."""
+    loc = getattr(fb, "out_cache_loc", None)
+    if loc is None:
+        return None
+    swa = swa_pool.translate_loc_from_full_to_swa(loc)
+    if into is None:
+        return swa
+    n = loc.shape[0]
+    if n > into.shape[0]:
+        raise ValueError(f"rocm_dflash: {n} write slots exceed the graph buffer of {into.shape[0]}")
+    into[:n].copy_(swa)
+    into[n:].zero_()
+    return into[:n]

@@ -61,7 +61,9 @@ def _draft_raw(checkpoints):
     (lambda c: c["dflash_config"].update(target_layer_ids=[1, 4]), "out of range"),
     (lambda c: c["dflash_config"].update(target_layer_ids=[-1, 2]), "out of range"),
     (lambda c: c["dflash_config"].pop("mask_token_id"), "mask_token_id"),
-    (lambda c: c.update(layer_types=["sliding_attention", "full_attention"]), "causal or sliding"),
+    (lambda c: c.update(layer_types=["sliding_attention", "full_attention"]), "mixed draft layer types"),
+    (lambda c: c.update(layer_types=["sliding_attention"] * 2, sliding_window=8), "causal draft layers"),
+    (lambda c: c.update(layer_types=["sliding_attention"] * 2, sliding_window=4, is_causal=False), "shorter than its block"),
     (lambda c: c.update(hidden_size=96), "hidden_size"),
 ])
 def test_bad_draft_configs_are_rejected(checkpoints, tiny_pair, tmp_path, mutate, message):

