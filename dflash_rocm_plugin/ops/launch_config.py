@@ -89,7 +89,9 @@ def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int
         # gfx950 (160 KB LDS) at 2 stages: 217-223 registers, 74 KB.  BLOCK_N 64 keeps the
         # MFMA 16x16 / 32x32 shapes full.  ci/rocm_validate.sh sweeps stages, BLOCK_N 32 and
         # 8 warps on the real GPUs.
-        block_n = 64 if head_dim_pad <= 128 else 32
+        # Head dims above 256 (Gemma-4 global layers, 512): 16-key tiles keep K and V at 16 KB
+        # each, inside gfx942's 64 KB of LDS.
+        block_n = 64 if head_dim_pad <= 128 else (32 if head_dim_pad <= 256 else 16)
         return block_n, 4, 2 if arch.startswith("gfx95") else 1
     if arch == "cpu":
         return (64 if head_dim_pad <= 128 else 32), 4, 1
@@ -100,7 +102,9 @@ def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int
     # ``choose`` deepens long loops to 5 stages.
     if head_dim_pad <= 128:
         return 64, (8 if block_m >= 128 else 4), 3
-    return 32, 8, 2
+    if head_dim_pad <= 256:
+        return 32, 8, 2
+    return 32, 4, 2  # 512: 16-row tiles (``choose``); two 32 KB K/V stages.  Unmeasured.
 
 
 def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, head_dim: int,
@@ -114,8 +118,9 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     """
     head_dim_pad = max(16, _runtime.next_power_of_2(head_dim))
     # Query rows per tile: 64, or 128 when the group is large and the head is
-    # small enough for the accumulator to stay in registers.
-    rows = 128 if (group >= 8 and head_dim_pad <= 128) else 64
+    # small enough for the accumulator to stay in registers; 16 for heads above 256, whose
+    # [rows, 512] fp32 accumulator would otherwise not fit in registers.
+    rows = 16 if head_dim_pad > 256 else (128 if (group >= 8 and head_dim_pad <= 128) else 64)
     block_q = max(1, rows // group)
     if max_query_len is not None:
         block_q = min(block_q, _runtime.next_power_of_2(max(1, max_query_len)))
@@ -164,7 +169,9 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             # same change lost 8-18 % (3.19-3.31 -> 2.62-2.93) and on 64-row tiles 5-10 %.
             overlap_qk = block_m >= 128 and page_size is not None and page_size < 16
     launch = AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages,
-                             page_ids_asm=page_ids_asm, overlap_qk=overlap_qk)
+                             page_ids_asm=page_ids_asm, overlap_qk=overlap_qk,
+                             # A split row of 512 floats per split is too much for one warp's registers.
+                             merge_warps=4 if head_dim_pad > 256 else 1)
     if _forced:
         launch = dataclasses.replace(launch, **_forced)
     return launch

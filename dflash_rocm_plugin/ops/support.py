@@ -14,7 +14,8 @@ import torch
 
 from dflash_rocm_plugin.ops import _runtime
 
-MIN_HEAD_DIM, MAX_HEAD_DIM, HEAD_DIM_MULTIPLE = 16, 256, 8
+# Up to 512: Gemma-4's global layers (its sliding layers use 256).
+MIN_HEAD_DIM, MAX_HEAD_DIM, HEAD_DIM_MULTIPLE = 16, 512, 8
 HEAD_DIMS = tuple(range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1, HEAD_DIM_MULTIPLE))
 MAX_GQA_GROUP = 64
 # Query/output dtypes.  float32 is for tests (exact under the interpreter).
@@ -62,7 +63,7 @@ def head_dim_problem(head_dim) -> str | None:
     if isinstance(head_dim, int) and head_dim in HEAD_DIMS:
         return None
     return (f"head_dim {head_dim} is not supported (multiples of {HEAD_DIM_MULTIPLE} from {MIN_HEAD_DIM} "
-            f"to {MAX_HEAD_DIM}, e.g. 64, 80, 96, 128, 192, 256)")
+            f"to {MAX_HEAD_DIM}, e.g. 64, 80, 96, 128, 192, 256, 512)")
 
 
 def dtype_problem(dtype) -> str | None:

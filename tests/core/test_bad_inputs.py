@@ -45,8 +45,8 @@ def call(**over):
 BAD_ATTENTION = [
     ("q", dict(q=torch.zeros(3, 4)), "q must have 3 dimensions"),
     ("q", dict(q=torch.zeros(3, 4, 32, dtype=torch.float64)), "q has dtype torch.float64; supported: float16, bfloat16, float32"),
-    ("q", dict(q=torch.zeros(3, 4, 36)), "(head_dim): head_dim 36 is not supported (multiples of 8 from 16 to 256"),
-    ("q", dict(q=torch.zeros(3, 4, 512)), "head_dim 512 is not supported"),
+    ("q", dict(q=torch.zeros(3, 4, 36)), "(head_dim): head_dim 36 is not supported (multiples of 8 from 16 to 512"),
+    ("q", dict(q=torch.zeros(3, 4, 520)), "head_dim 520 is not supported"),
     ("k_cache", dict(k_cache=torch.zeros(4, 16, 2, 32, dtype=torch.float16)), "k_cache has dtype torch.float16 and q has torch.float32: KV cache dtype torch.float16 differs from the model dtype"),
     ("k_cache", dict(k_cache=torch.zeros(4, 16, 2, 32, dtype=torch.int8), v_cache=torch.zeros(4, 16, 2, 32, dtype=torch.int8)),
      "KV cache dtype torch.int8 is not supported (supported: the model dtype, or fp8 float8_e4m3fn, float8_e4m3fnuz"),

@@ -41,7 +41,7 @@ def test_supported_layers_have_no_reason():
 
 
 @pytest.mark.parametrize("fields, reason", [
-    (dict(head_dim=12), "head_dim 12 is not supported (multiples of 8 from 16 to 256"),
+    (dict(head_dim=12), "head_dim 12 is not supported (multiples of 8 from 16 to 512"),
     (dict(dtype=torch.float64), "dtype torch.float64 is not supported (supported: float16, bfloat16, float32)"),
     (dict(kv_cache_dtype=torch.float16), "KV cache dtype torch.float16 differs from the model dtype"),
     (dict(kv_cache_dtype=torch.int8), "KV cache dtype torch.int8 is not supported"),

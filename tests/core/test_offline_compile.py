@@ -36,6 +36,10 @@ CASES = [
     # gpt-oss-120b heads: sinks, window-128 layers, head_dim 64, GQA 8.
     ("gpt-oss-120b draft 32x16K p16 sinks window", 64, 8, 64, 32, 16384, 16, False, dict(window=128, sinks=True)),
     ("gpt-oss-120b verify 8x4K p16 sinks split", 64, 8, 64, 8, 4096, 16, True, dict(sinks=True)),
+    # Gemma-4: global layers head_dim 512 (GQA 8), sliding layers 256 with window 512.
+    ("gemma-4 global d512 draft 8x4K p16", 16, 2, 512, 8, 4096, 16, False, {}),
+    ("gemma-4 global d512 verify 1x32K p16 split", 16, 2, 512, 1, 32768, 16, True, {}),
+    ("gemma-4 sliding d256 verify 32x8K p16 window", 16, 4, 256, 32, 8192, 16, True, dict(window=512)),
 ]
 NATIVE_FP8 = {"gfx942": "fp8-fnuz", "gfx950": "fp8-fn", "sm_90": "fp8-fn"}
 OTHER_FP8 = {"gfx942": "u8-fn", "gfx950": "u8-fnuz", "sm_90": "u8-fnuz"}

@@ -58,7 +58,7 @@ def test_gqa_groups(group):
     check(build([20, 45], [16, 3], num_q_heads=2 * group, num_kv_heads=2), causal=False)
 
 
-@pytest.mark.parametrize("head_dim", [64, 80, 96, 128, 192, 256])
+@pytest.mark.parametrize("head_dim", [64, 80, 96, 128, 192, 256, 264, 512])
 def test_head_dims(head_dim):
     check(build([19, 40], [16, 2], num_q_heads=4, num_kv_heads=1, head_dim=head_dim), causal=False)
 
@@ -215,3 +215,11 @@ def test_long_windows_mask_only_their_edges(causal, window, splits):
     one key per row of the block) and the diagonal run unmasked; the answer is unchanged."""
     case = build([600, 333, 40], [16, 9, 16], num_q_heads=4, num_kv_heads=1)
     check(case, causal=causal, sliding_window=window, num_kv_splits=splits)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("splits", [None, 3])
+def test_gemma4_global_layer_heads(causal, splits):
+    """Gemma-4's global layers: head_dim 512 (16-row tiles), GQA 8, scale 1, DFlash block."""
+    case = build([90, 33], [16, 7], num_q_heads=16, num_kv_heads=2, head_dim=512)
+    check(case, causal=causal, scale=1.0 / 64, num_kv_splits=splits)

@@ -88,6 +88,7 @@ def engine_env(plugin: bool) -> dict:
 
 
 WINDOW_RUN = ["--num-spec", str(tiny_checkpoints.WINDOW_DRAFT_BLOCK - 1)]
+FP8_RUN = ["--kv-cache-dtype", "fp8"]
 HYBRID_RUN = ["--dtype", "bfloat16", "--no-prefix-caching"]
 
 # name -> (plugin backend in the CPU_ATTN slot?, draft checkpoint or None for no speculation,
@@ -109,6 +110,11 @@ VARIANTS = {
     "cpu_attn_hybrid_window_dflash": (False, "draft_window", {}, "hybrid_target", HYBRID_RUN + WINDOW_RUN),
     "plugin_hybrid_plain": (True, None, {}, "hybrid_target", HYBRID_RUN),
     "plugin_hybrid_window_dflash": (True, "draft_window", {}, "hybrid_target", HYBRID_RUN + WINDOW_RUN),
+    # An fp8 (e4m3fn on CPU) target cache, the draft's kept in the model dtype (vllm#48787) or shared.
+    "plugin_fp8_plain": (True, None, {}, "target", FP8_RUN),
+    "plugin_fp8_dflash": (True, "draft", {}, "target", FP8_RUN + ["--draft-kv-cache-dtype", "auto"]),
+    "plugin_fp8_dflash_fp8_draft": (True, "draft", {}, "target", FP8_RUN),
+    "cpu_attn_fp8_dflash": (False, "draft", {}, "target", FP8_RUN + ["--draft-kv-cache-dtype", "auto"]),
 }
 MAX_TOKENS = 8  # the Triton interpreter costs about 1 s per engine step at this size
 

@@ -139,6 +139,8 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--block-size", type=int, default=32, help="KV block size (CPU_ATTN: multiples of 32)")
     p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--kv-cache-dtype", default="auto", help="the target's cache (e.g. fp8)")
+    p.add_argument("--draft-kv-cache-dtype", default=None, help="the draft's own cache dtype (vllm#48787)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
 
@@ -162,7 +164,7 @@ def main(argv=None) -> int:
 
     kwargs = dict(model=a.target, dtype=a.dtype, enforce_eager=True, max_model_len=256,
                   max_num_seqs=len(PROMPTS), max_num_batched_tokens=256, seed=0,
-                  disable_log_stats=False, block_size=a.block_size)
+                  disable_log_stats=False, block_size=a.block_size, kv_cache_dtype=a.kv_cache_dtype)
     if a.no_prefix_caching:
         # GDN hybrids on CPU: the align-mode prefix cache's Triton kernel does not run there.
         kwargs["enable_prefix_caching"] = False
@@ -170,6 +172,8 @@ def main(argv=None) -> int:
         from tests.e2e_vllm_cpu.tiny_checkpoints import DRAFT_BLOCK
         kwargs["speculative_config"] = {"method": "dflash", "model": a.draft,
                                         "num_speculative_tokens": a.num_spec or DRAFT_BLOCK - 1}
+        if a.draft_kv_cache_dtype:
+            kwargs["speculative_config"]["kv_cache_dtype"] = a.draft_kv_cache_dtype
     cpu["imports"] = time.process_time()
     llm = LLM(**kwargs)
     cpu["engine_init"] = time.process_time()
@@ -183,6 +187,7 @@ def main(argv=None) -> int:
     cache_config = llm.llm_engine.vllm_config.cache_config
     rec["kv_cache_layout"] = cache_config.kv_cache_layout
     rec["block_size"] = cache_config.block_size
+    rec["cache_dtype"] = cache_config.cache_dtype
     for calls in rec["impl_calls"].values():
         calls["layers"] = {k: sorted(v) for k, v in calls["layers"].items()}
     with open(a.out, "w") as f:

@@ -39,7 +39,7 @@ def test_model_config_rejected(changes, reason):
     assert "--attention-backend rocm_dflash" in str(err.value)
 
 
-@pytest.mark.parametrize("head_dim", [8, 12, 264])
+@pytest.mark.parametrize("head_dim", [8, 12, 520])
 def test_head_dim_rejected(head_dim):
     runner = with_model_config(h.make_runner(h.Shape()), head_dim=head_dim, v_head_dim=head_dim)
     with pytest.raises(UnsupportedConfig, match=f"head_dim {head_dim}"):

@@ -16,7 +16,7 @@ def _reasons(**overrides):
 
 
 def test_supported_configurations_have_no_reasons():
-    for head_size in (16, 64, 80, 96, 128, 256):
+    for head_size in (16, 64, 80, 96, 128, 256, 512):
         for dtype in (torch.float16, torch.bfloat16, torch.float32):
             assert _reasons(head_size=head_size, dtype=dtype) == []
     assert _reasons(has_sliding_window=True, kv_cache_dtype="bfloat16") == []
@@ -31,9 +31,9 @@ def test_supported_configurations_have_no_reasons():
     (dict(use_sparse=True), "sparse not supported"),
     (dict(attn_type="encoder_decoder"), "attention type encoder_decoder not supported"),
     (dict(attn_type="encoder_only"), "attention type encoder_only not supported"),
-    (dict(head_size=12), "rocm_dflash: head_dim 12 is not supported (multiples of 8 from 16 to 256"),
+    (dict(head_size=12), "rocm_dflash: head_dim 12 is not supported (multiples of 8 from 16 to 512"),
     (dict(head_size=100), "head_size not supported"),
-    (dict(head_size=512), "head_size not supported"),
+    (dict(head_size=520), "head_size not supported"),
     (dict(dtype=torch.int8), "dtype not supported"),
     (dict(block_size=8), "block_size not supported"),
     (dict(use_mm_prefix=True), "partial multimodal token full attention not supported"),
