@@ -52,3 +52,13 @@ def positive_int(name: str, v) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ValueError(f"{name} must be a positive int, got {v!r}")
     return v
+
+
+def kv_scales(k_scale, v_scale, cache_dtype, num_kv_heads: int, device) -> None:
+    """K/V scales: None, or float32 of 1 / num_kv_heads elements on ``device``, for fp8 caches."""
+    for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+        problem = support.kv_scale_problem(value, cache_dtype, num_kv_heads)
+        if problem:
+            raise ValueError(f"{name} {problem}")
+        if value is not None:
+            tensor(name, value, device=device)

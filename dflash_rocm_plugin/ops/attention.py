@@ -87,12 +87,7 @@ def paged_attention(
     if block_size < 1:
         raise ValueError("k_cache.shape[1] (block_size) must be >= 1")
     _validate.heads("k_cache.shape[2] (num_kv_heads)", num_q_heads, num_kv_heads)
-    for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
-        problem = support.kv_scale_problem(value, k_cache.dtype, num_kv_heads)
-        if problem:
-            raise ValueError(f"{name} {problem}")
-        if value is not None:
-            _validate.tensor(name, value, device=device)
+    _validate.kv_scales(k_scale, v_scale, k_cache.dtype, num_kv_heads, device)
     if sinks is not None:
         _validate.tensor("sinks", sinks, dtypes=support.SINK_DTYPES, device=device)
         if sinks.numel() != num_q_heads:

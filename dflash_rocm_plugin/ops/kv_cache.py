@@ -42,12 +42,7 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
     if key.shape[0] < num_slots:
         raise ValueError(f"slot_mapping has {num_slots} entries but key has only {key.shape[0]} tokens")
     _, block_size, num_kv_heads, head_dim = k_cache.shape
-    for name, value_scale in (("k_scale", k_scale), ("v_scale", v_scale)):
-        problem = support.kv_scale_problem(value_scale, k_cache.dtype, num_kv_heads)
-        if problem:
-            raise ValueError(f"{name} {problem}")
-        if value_scale is not None:
-            _validate.tensor(name, value_scale, device=device)
+    _validate.kv_scales(k_scale, v_scale, k_cache.dtype, num_kv_heads, device)
     if num_slots == 0:
         return
     _, kv = _runtime.kernels()
