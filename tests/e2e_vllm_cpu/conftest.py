@@ -114,7 +114,6 @@ VARIANTS = {
     "plugin_fp8_plain": (True, None, {}, "target", FP8_RUN),
     "plugin_fp8_dflash": (True, "draft", {}, "target", FP8_RUN + ["--draft-kv-cache-dtype", "auto"]),
     "plugin_fp8_dflash_fp8_draft": (True, "draft", {}, "target", FP8_RUN),
-    "cpu_attn_fp8_dflash": (False, "draft", {}, "target", FP8_RUN + ["--draft-kv-cache-dtype", "auto"]),
 }
 MAX_TOKENS = 8  # the Triton interpreter costs about 1 s per engine step at this size
 

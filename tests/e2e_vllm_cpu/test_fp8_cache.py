@@ -3,8 +3,9 @@
 ``--kv-cache-dtype fp8`` (e4m3fn on the CPU platform, scale 1.0: an unquantized checkpoint) on the
 target; the draft keeps the model dtype (``speculative_config.kv_cache_dtype = auto``) or shares the
 target's fp8.  Lossless: the speculative output equals the same engine's plain output on the same
-fp8 cache; the draft, run over a model-dtype (fp32 here) cache, proposes what vLLM's own CPU_ATTN
-proposes over the same fp8 target cache, row for row.
+fp8 cache, and speculation really ran over it.  (vLLM's CPU_ATTN stores other fp8 bytes than the
+plugin's round-to-nearest-even, saturating write, so its drafts are no row-for-row oracle here; the
+plugin's bytes are checked against torch's conversion in tests/core and tests/vllm.)
 """
 
 
@@ -20,8 +21,8 @@ def test_speculative_output_equals_plain_output_on_the_fp8_cache(engine_runs):
     assert engine_runs.get("plugin_fp8_dflash_fp8_draft")["outputs"] == plain
 
 
-def test_drafts_with_a_model_dtype_draft_cache_equal_cpu_attn(engine_runs):
-    ours, theirs = engine_runs.get("plugin_fp8_dflash"), engine_runs.get("cpu_attn_fp8_dflash")
-    assert ours["metrics"]["vllm:spec_decode_num_drafts"] > 0
-    assert ours["drafts"] == theirs["drafts"]
-    assert ours["outputs"] == theirs["outputs"]
+def test_speculation_ran_over_the_fp8_cache(engine_runs):
+    for name in ("plugin_fp8_dflash", "plugin_fp8_dflash_fp8_draft"):
+        run = engine_runs.get(name)
+        assert run["metrics"]["vllm:spec_decode_num_drafts"] > 0 and run["drafts"]
+        assert run["ops_calls"]["non_causal"] > 0  # the draft block ran on the plugin
