@@ -176,21 +176,18 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
                              num_seqs=num_seqs, max_query_len=max_query_len, kv_keys=kv_capacity,
                              page_size=page_size)
         if entry is not None and entry.launch is not None:
-            launch = _tuned_launch(launch, entry.launch, arch, kv_capacity,
-                                   splits_free=short_queries and not explicit_splits)
+            launch = _tuned_launch(launch, entry.launch, arch, splits_free=short_queries and not explicit_splits)
     if _forced:
         launch = dataclasses.replace(launch, **_forced)
     return launch
 
 
-def _tuned_launch(launch: AttentionLaunch, fields: dict, arch: str, kv_capacity: int,
-                  splits_free: bool) -> AttentionLaunch:
+def _tuned_launch(launch: AttentionLaunch, fields: dict, arch: str, splits_free: bool) -> AttentionLaunch:
     """A tuned entry's fields over the rules' launch.  Its KV splits apply only where the rules
     could split too (every sequence in one query tile, no count forced), so the workspace bound
     keeps its shape; inline PTX page ids only where they compile (NVIDIA, not interpreted)."""
     fields = dict(fields)
-    splits = fields.pop("num_splits")
-    fields["num_splits"] = (max(1, min(splits, MAX_SPLITS, kv_capacity // MIN_KEYS_PER_SPLIT))
-                            if splits_free else launch.num_splits)
+    if not splits_free:
+        fields["num_splits"] = launch.num_splits
     fields["page_ids_asm"] = fields["page_ids_asm"] and arch.startswith("sm_") and not _runtime.interpreting()
     return dataclasses.replace(launch, **fields)

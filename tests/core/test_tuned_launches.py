@@ -139,10 +139,8 @@ def test_tuned_splits_apply_only_where_the_rules_could_split(h200, files):
     assert launch(batch=8, context=4096, num_splits=2).num_splits == 2            # a forced count wins
     # a prefill of the bucket: its rows span many query tiles, so it never splits
     assert launch(batch=8, context=4096, q_len=1024, causal=True).num_splits == 1
-    # keys shorter than 16 splits of 128 keys each: clamped (same bucket, 2049 keys)
-    assert launch(batch=8, context=2049).num_splits == 16
-    files("user", doc([entry(batch=8, context=1024, launch=dict(FAST, num_splits=32))]))
-    assert launch(batch=8, context=600).num_splits == 600 // launch_config.MIN_KEYS_PER_SPLIT
+    assert launch(batch=8, context=2049).num_splits == 16                      # the whole bucket
+    assert launch(batch=4, context=4096).num_splits != 16                       # another bucket
 
 
 def test_inline_page_ids_are_never_applied_off_nvidia(monkeypatch, files):
