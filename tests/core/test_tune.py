@@ -183,6 +183,7 @@ def test_a_faster_graph_but_slower_cold_call_is_not_a_win(tmp_path, monkeypatch)
 
 def test_an_exhausted_budget_skips_the_rest(tmp_path, monkeypatch):
     monkeypatch.setenv(tuned.ENV, "off")
+    monkeypatch.setattr(driver, "BucketBench", lambda *a, **k: pytest.fail("inputs built after the budget ran out"))
     shapes = space_mod.buckets(["draft-q16"], HEADS, [16], [(2, 128), (1, 128)])
     rc, record = tune(tmp_path, shapes, FakeTimer(lambda c, n: 100.0), "--budget-min", "0")
     assert [b["decision"] for b in record["buckets"]] == ["skipped: out of time"] * 2
