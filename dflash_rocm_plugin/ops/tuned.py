@@ -33,7 +33,7 @@ OFF = ("off", "none", "0")
 SOURCES = ("user", "shipped")  # precedence: first wins
 SHIPPED_DIR = Path(__file__).with_name("tuned")
 
-logger = logging.getLogger("dflash_rocm_plugin.tuned")
+logger = logging.getLogger("dflash_rocm_plugin.launches")
 # The sources consulted now (``only``); a tuple, so the cached tables below are keyed by it.
 _sources: tuple[str, ...] = SOURCES
 
@@ -60,7 +60,7 @@ def _load(source: str, arch: str) -> tuple[str, dict, str | None]:
         return str(path), {}, "absent"
     try:
         table = tuned_file.parse(json.loads(path.read_text()), arch, __version__)
-    except (OSError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+    except Exception as exc:  # noqa: BLE001 - whatever is in the file, a call must never fail on it
         logger.warning("ignoring the tuned launch file %s: %s", path, exc)
         return str(path), {}, f"ignored: {exc}"
     return str(path), table, None

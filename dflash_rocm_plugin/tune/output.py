@@ -68,7 +68,8 @@ def table(outcomes) -> str:
     """Default vs tuned per bucket (graph-replay medians; the tuned column only where an entry is written)."""
     lines = [f"{'bucket':<28} {'default':>12} {'tuned':>12} {'gain':>7}  decision / default launch -> tuned"]
     for o in outcomes:
-        gain = (f"{o.default.timing.graph_us / o.tuned.timing.graph_us:6.2f}x" if o.tuned is not None else f"{'':>7}")
+        m = (o.entry or {}).get("measured")
+        gain = f"{m['default_us'] / m['tuned_us']:6.2f}x" if m else " " * 7  # against the launch it replaces
         tail = o.decision
         if o.default is not None:
             tail += f"; {_what(o.default)}"

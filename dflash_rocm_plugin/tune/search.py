@@ -147,9 +147,10 @@ def tune_bucket(bench: BucketBench, space: space_mod.Space, *, deadline: float, 
                 and beats(aiter, triton_eff) and _confirmed(bench, aiter, triton_eff):
             entry["backend"], effective = "aiter", aiter
     if entry:
-        shown = effective if effective is not default else forced
-        out.entry = dict(out.bucket, **entry, measured=_measured(default, shown, default_backend))
-        out.tuned, out.decision = shown, "tuned"
+        baseline, out.tuned, out.decision = default, effective, "tuned"
+        if effective is default:  # AITER still serves auto; the launch is for Triton's calls here
+            baseline, out.tuned, out.decision = triton_default, forced, "tuned (Triton launch; auto keeps AITER)"
+        out.entry = dict(out.bucket, **entry, measured=_measured(baseline, out.tuned))
     else:
         out.decision = "default kept"
         out.prior_dropped = bool(prior)
@@ -161,10 +162,10 @@ def _finish(out: Outcome, sweep: _Sweep) -> Outcome:
     return out
 
 
-def _measured(default: Measured, tuned: Measured, default_backend: str) -> dict:
-    return {"default": default_backend, "default_us": round(default.timing.graph_us, 3),
+def _measured(default: Measured, tuned: Measured) -> dict:
+    return {"default": default.ran, "default_us": round(default.timing.graph_us, 3),
             "default_flushed_us": round(default.timing.flushed_us, 3), "tuned_us": round(tuned.timing.graph_us, 3),
-            "tuned_flushed_us": round(tuned.timing.flushed_us, 3), "tuned_by": tuned.candidate.label}
+            "tuned_flushed_us": round(tuned.timing.flushed_us, 3), "tuned": tuned.ran}
 
 
 def dtype_name(dtype) -> str:

@@ -20,6 +20,7 @@ import logging
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dflash_rocm_plugin import __version__, ops
 from dflash_rocm_plugin.ops import _runtime, backends, launch_config, tuned
@@ -28,7 +29,7 @@ from dflash_rocm_plugin.ops.backends import triton as triton_backend
 from dflash_rocm_plugin.ops.call import AttentionCall
 from tests.core.conftest import clear_tuned_caches
 
-LOGGER = "dflash_rocm_plugin.tuned"
+LOGGER = "dflash_rocm_plugin.launches"
 FAST = dict(block_n=32, num_warps=8, num_stages=4, num_splits=1, page_ids_asm=False, overlap_qk=True)
 
 
@@ -233,6 +234,20 @@ def test_a_bad_file_is_ignored_with_one_warning(h200, files, caplog, name):
     assert str(files.user / "sm_90.json") in warning.getMessage() and says in warning.getMessage()
     state = ops.tuned_configs()["files"][0]["state"]
     assert state.startswith("ignored: ") and says in state
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 300) | st.sampled_from(["bfloat16", "triton", "x"]),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+                        st.sampled_from(["heads", "dtype", "q", "launch", "block_n", "num_splits", "page", "causal"]),
+                        inner, max_size=5), max_leaves=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(entries=st.lists(JSON | st.builds(entry), max_size=3))
+def test_whatever_the_file_holds_a_call_never_fails(h200, files, entries):
+    files("user", doc(entries))
+    cfg = launch()
+    assert cfg.num_splits >= 1 and cfg.block_n in (16, 32, 64, 128, 256)
 
 
 def test_an_unreadable_entry_rejects_the_whole_file(h200, files):
