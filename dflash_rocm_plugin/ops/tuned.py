@@ -44,7 +44,7 @@ def user_path(arch: str) -> Path:
     if value and value.lower() not in OFF:
         path = Path(value).expanduser()
         return path if path.suffix == ".json" else path / f"{arch}.json"
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")  # never raises, unlike Path.home()
     return Path(cache) / "dflash-rocm-plugin" / "tuned" / f"{arch}.json"
 
 
@@ -71,12 +71,12 @@ def _off() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def table(arch: str, sources: tuple[str, ...] | None = None) -> dict:
-    """Lookup key -> Entry in force for ``arch`` (``sources``: those consulted now)."""
+def table(arch: str, sources: tuple[str, ...]) -> dict:
+    """Lookup key -> Entry in force for ``arch`` from ``sources`` (the later ones overridden)."""
     if _off():
         return {}
     merged: dict = {}
-    for source in reversed(sources if sources is not None else _sources):
+    for source in reversed(sources):
         merged.update(_load(source, arch)[1])
     return merged
 

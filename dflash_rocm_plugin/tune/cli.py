@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     from dflash_rocm_plugin import ops
     gpu = torch.cuda.is_available()
     if args.dry_run:
-        return dry_run(args, shapes, args.arch or (ops.gpu_arch() if gpu else None))
+        from dflash_rocm_plugin.tune import dry_run
+        return dry_run.main(args, shapes, args.arch or (ops.gpu_arch() if gpu else None))
     if args.arch:
         print("dflash-rocm tune: --arch is for --dry-run; a run tunes the GPU it runs on", file=sys.stderr)
         return 2
@@ -107,53 +108,6 @@ def main(argv: list[str] | None = None) -> int:
               "(--dry-run shows what it would sweep)", file=sys.stderr)
         return 2
     return run(args, shapes, torch.device("cuda", torch.cuda.current_device()))
-
-
-def dry_run(args, shapes, arch: str | None) -> int:
-    import torch
-
-    from dflash_rocm_plugin.tune import driver, output
-    note = None
-    if arch is None:
-        arch, note = "sm_90", "no GPU here: planning for sm_90 (H200); --arch gfx942 / gfx950 for MI300X / MI355X"
-    space = space_mod.space_for(arch)
-    counts = driver.expected_candidates(shapes, arch, getattr(torch, args.dtype), space)
-    per_candidate = space_mod.SECONDS_PER_CANDIDATE[space_mod.family(arch)]
-    seconds = [n * per_candidate + space_mod.SECONDS_PER_BUCKET for n in counts]
-    budget = args.budget_min * 60
-    fit = next((i for i in range(len(seconds)) if sum(seconds[:i + 1]) > budget), len(seconds))
-    path = output.config_path(args.out, arch)
-    tiles = sorted({t for t in space.tiles})
-    record = {"dry_run": True, "arch": arch, "note": note, "heads": list(shapes[0].heads), "dtype": args.dtype,
-              "kv": args.kv, "out": str(path), "budget_s": budget, "expected_s": round(sum(seconds)),
-              "buckets_in_budget": fit,
-              "space": {"num_splits": list(space.splits), "tiles": [list(t) for t in tiles],
-                        "page_ids_asm": list(space.page_ids_asm), "overlap_qk": list(space.overlap_qk),
-                        "backend": "triton vs aiter where AITER serves the bucket" if arch.startswith("gfx") else None},
-              "buckets": [{"label": s.label, "candidates": n} for s, n in zip(shapes, counts)]}
-    if args.json == "-":
-        print(json.dumps(record, indent=1))
-        return 0
-    hq, hkv, d = shapes[0].heads
-    print(f"dflash-rocm tune --dry-run: {arch}, heads {hq}/{hkv}/{d}, {args.dtype}, cache {args.kv}"
-          + (f" ({note})" if note else ""))
-    print(f"would write: {path}")
-    print(f"sweeps: KV splits {'/'.join(map(str, space.splits))} (blocks that fit one query tile); BLOCK_N x warps x "
-          f"stages, {len(tiles)} tiles ({'/'.join(sorted({str(t[0]) for t in tiles}, key=int))} x "
-          f"{'/'.join(sorted({str(t[1]) for t in tiles}, key=int))} x "
-          f"{'/'.join(sorted({str(t[2]) for t in tiles}, key=int))}); page_ids_asm "
-          f"{'/'.join(map(str, space.page_ids_asm))}; overlap_qk {'/'.join(map(str, space.overlap_qk))}"
-          + ("; backend triton vs aiter where AITER serves the bucket" if arch.startswith("gfx") else ""))
-    print(f"{'bucket':<28} {'candidates':>10}")
-    for shape, n in zip(shapes, counts):
-        print(f"{shape.label:<28} {n:>10}")
-    print(f"{len(shapes)} buckets, {sum(counts)} candidates: about {sum(seconds) / 60:.0f} min "
-          f"({per_candidate:g} s a candidate, {space_mod.SECONDS_PER_BUCKET:g} s a bucket); the budget of "
-          f"{args.budget_min:g} min covers the first {fit} bucket{'s' if fit != 1 else ''}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(record, f, indent=1)
-    return 0
 
 
 def run(args, shapes, device, *, timer=None, space=None, dtype=None) -> int:

@@ -196,7 +196,7 @@ def test_dry_run_plans_without_a_gpu(capsys):
     out = capsys.readouterr().out
     assert out.startswith("dflash-rocm tune --dry-run: gfx942, heads 32/8/128, bfloat16, cache bf16")
     assert "would write: " in out and out.splitlines()[1].endswith("gfx942.json")
-    assert "backend triton vs aiter" in out and "page_ids_asm False;" in out
+    assert "backend triton vs aiter" in out and "page_ids_asm False;" in out and "stages 1/2/3" in out
     for label in ("draft-q16 b32x16K p16", "decode b1x32K p1", "verify-q8 b8x4K p16", "chunked-prefill b1x16K p16",
                   "prefill b4x4K p1"):
         assert label in out

@@ -21,8 +21,10 @@ NOISE = 1.03
 @pytest.fixture(scope="module")
 def tuned_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tuned")
-    shapes = space_mod.buckets(["draft-q16", "decode"], (32, 8, 128), [16, 1], [(8, 4096), (32, 16384)])
-    args = cli._parser().parse_args(["--out", str(tmp), "--budget-min", "10", "--no-progress"])
+    # Two buckets, a split-KV draft block and a long decode batch: about 3 minutes on an H200.
+    shapes = (space_mod.buckets(["draft-q16"], (32, 8, 128), [16], [(8, 4096)])
+              + space_mod.buckets(["decode"], (32, 8, 128), [1], [(32, 16384)]))
+    args = cli._parser().parse_args(["--out", str(tmp), "--budget-min", "5", "--no-progress"])
     with pytest.MonkeyPatch.context() as m:
         m.setenv(tuned.ENV, str(tmp))
         _clear()
