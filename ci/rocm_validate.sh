@@ -6,6 +6,9 @@
 #      and the GPU suite (bf16, graph capture/replay, large shapes): pytest tests/gpu
 #   3. the kernel benchmark:                   dflash-rocm bench
 #      and the launch sweep that checks the gfx942/gfx950 choices: benchmarks/sweep.py
+#      the launch tuner, which writes this GPU's tuned file: dflash-rocm tune -> OUT/tuned/<arch>.json
+#      (gfx942 on MI300X, gfx950 on MI355X; README: contribute it as dflash_rocm_plugin/ops/tuned/<arch>.json),
+#      and the benchmark again with that file in force
 #   4. the demo on the GPU (tiny models):      dflash-rocm demo --json
 #   5. given --model and --draft: vLLM and SGLang servers with DFlash on rocm_dflash, DFlash on the
 #      host's default ROCm backend, and no speculation; tau and throughput at concurrency 1 and 32
@@ -162,6 +165,20 @@ step "kernel benchmark" "$OUT/bench.log" dflash-rocm bench
 step "launch sweep (stages, tiles, KV splits)" "$OUT/sweep.log" \
     "$PYTHON" benchmarks/sweep.py --out "$OUT/sweep.json" --deadline-s 900 --part variants,splits \
     --variants "amd S=1,amd S=2,amd BN32 S=2,amd W8 S=1,amd ovl S=2"
+echo "== the launch tuner writes this GPU's tuned file into $OUT/tuned/ (<arch>.json: gfx942 on MI300X, gfx950 on MI355X)"
+step "launch tuning (Qwen3-8B heads, with prefill)" "$OUT/tune.log" \
+    env -u TRITON_INTERPRET dflash-rocm tune --out "$OUT/tuned" --prefill --budget-min 60 \
+    --json "$OUT/tune.json" --no-progress
+step "launch tuning (Qwen3-32B heads, GQA 8)" "$OUT/tune-qwen3-32b.log" \
+    env -u TRITON_INTERPRET dflash-rocm tune --model qwen3-32b --out "$OUT/tuned" --budget-min 30 \
+    --json "$OUT/tune-qwen3-32b.json" --no-progress
+step "kernel benchmark with the tuned launches" "$OUT/bench-tuned.log" \
+    env -u TRITON_INTERPRET DFLASH_ROCM_TUNED_CONFIGS="$OUT/tuned" dflash-rocm bench --json "$OUT/bench-tuned.json"
+for tuned_file in "$OUT"/tuned/*.json; do
+    if [[ -e "$tuned_file" ]]; then
+        note "tuned launch file: $tuned_file (README, \"Tuning launches on your GPU\": how to contribute it)"
+    fi
+done
 step "demo (tiny models, GPU)" "$OUT/demo.json" dflash-rocm demo --json --no-progress
 
 if [[ -n "$MODEL" && -n "$DRAFT" ]]; then

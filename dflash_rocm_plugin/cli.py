@@ -10,6 +10,7 @@ SUBCOMMANDS = {
     "demo": ("dflash_rocm_plugin.demo.cli", "Tiny (or real) DFlash speculative decoding through the plugin's ops"),
     "bench": ("dflash_rocm_plugin.bench.cli", "Kernel benchmark on DFlash draft/verify shapes"),
     "doctor": ("dflash_rocm_plugin.doctor", "What the plugin sees on this machine, and whether hosts can use it"),
+    "tune": ("dflash_rocm_plugin.tune.cli", "Measure the launch choices on this GPU and keep the ones that win"),
 }
 
 

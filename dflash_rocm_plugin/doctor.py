@@ -4,7 +4,8 @@ Reports the platform (ROCm / CUDA / CPU and the GPU architecture), the versions 
 triton, vllm, sglang and AITER (from package metadata: nothing heavy is imported for
 that), whether each installed host lists the plugin's entry point and knows ``rocm_dflash``
 after running its own plugin loading, the outcome of every host fix each adapter declares
-(``<adapter>.host_fixes.FIXES``), and which kernel backend the ops layer will use for each op.
+(``<adapter>.host_fixes.FIXES``), which kernel backend the ops layer will use for each op, and
+which tuned launch files (``dflash-rocm tune``) are in force for the GPU's architecture.
 
 Exit status: 1 when the kernels cannot run (no importable ``triton``, or one too old) or when a
 host in the plugin's supported range is installed but ``rocm_dflash`` is not registered after its
@@ -95,6 +96,27 @@ def kernel_path() -> dict | str:
         return f"unknown (ops.kernel_paths() failed: {exc!r})"
 
 
+def tuned_launches() -> dict | str:
+    """Which tuned launch files are in force (``ops.tuned_configs()``)."""
+    try:
+        from dflash_rocm_plugin import ops
+        return ops.tuned_configs()
+    except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
+        return f"unknown (ops.tuned_configs() failed: {exc!r})"
+
+
+def _tuned_line(info) -> str:
+    if not isinstance(info, dict):
+        return str(info)
+    if info.get("off"):
+        return f"off ({info['env']}={info['env_value']})"
+    if info.get("error"):
+        return f"unknown ({info['error']})"
+    files = "; ".join(f"{f['source']} {f['path']}: {f['state']}" + (f" ({f['buckets']} buckets)" if f["buckets"] else "")
+                      for f in info["files"])
+    return f"{info['buckets']} shape buckets for {info['arch']} - {files}"
+
+
 def triton_report() -> dict:
     """Whether the kernels can run: the plugin uses whichever ``triton`` module torch's build brings."""
     try:
@@ -153,7 +175,8 @@ def collect(hosts=("vllm", "sglang")) -> dict:
     versions = {name: package_version(dists) for name, dists in PACKAGES}
     ranges = supported_ranges()
     report = {"plugin": __version__, **platform_info(), "versions": versions,
-              "triton": triton_report(), "kernel_path": kernel_path(), "hosts": {}}
+              "triton": triton_report(), "kernel_path": kernel_path(), "tuned_launches": tuned_launches(),
+              "hosts": {}}
     for host in hosts:
         report["hosts"][host] = host_report(host, versions[host], ranges.get(host))
     report["ok"] = report["triton"]["usable"] and not any(
@@ -178,7 +201,8 @@ def render(report: dict) -> str:
              "versions: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in report["versions"].items()),
              "triton: " + ("usable" if report["triton"]["usable"]
                            else f"CANNOT RUN THE KERNELS - {report['triton']['problem']}"),
-             f"kernel path: {_kernel_line(report['kernel_path'])}"]
+             f"kernel path: {_kernel_line(report['kernel_path'])}",
+             f"tuned launches: {_tuned_line(report['tuned_launches'])}"]
     for host, h in report["hosts"].items():
         if not h["installed"]:
             lines.append(f"{host}: not installed")

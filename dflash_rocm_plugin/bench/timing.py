@@ -2,7 +2,8 @@
 
 Every number is a median.  ``graph_us`` captures enough back-to-back calls (rotating over the
 input copies) to run for a few milliseconds and times replays, which removes host launch gaps;
-``eager_us`` times single launches with events, host overhead included.
+``eager_us`` times single launches with events, host overhead included; ``flushed_us`` times one
+call after the caches have been overwritten, as a call that follows other layers' work meets them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,33 @@ def eager_us(calls, reps: int = 30) -> float:
         one()
     torch.cuda.synchronize()
     return statistics.median(_events_ms(one, reps)) * 1e3
+
+
+# Bytes overwritten before each flushed call: several times the largest last-level cache in use
+# (H200 L2 60 MB; MI300X / MI355X Infinity Cache 256 MB).
+FLUSH_BYTES = 1 << 30
+
+
+def flushed_us(calls, reps: int = 15, flush_bytes: int = FLUSH_BYTES) -> float:
+    """Median time of one call with L2 (and AMD's Infinity Cache) flushed just before it.
+
+    The flush is queued ahead of the call on the same stream, so the host's launch of the call
+    overlaps it and the events see the kernel's own time from cold caches.
+    """
+    scratch = torch.empty(flush_bytes // 4, dtype=torch.float32, device="cuda")
+    i = [0]
+
+    def one():
+        calls[i[0] % len(calls)]()
+        i[0] += 1
+
+    one()
+    times = []
+    for _ in range(reps):
+        scratch.zero_()
+        times += _events_ms(one, 1)
+    del scratch
+    return statistics.median(times) * 1e3
 
 
 def graph_us(calls, target_ms: float = 4.0, reps: int = 15, max_calls: int = 400) -> float:

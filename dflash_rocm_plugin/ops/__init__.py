@@ -10,6 +10,9 @@ What is supported, and why not: ``supports(AttentionSpec(...))`` answers None or
 ``require`` raises ``Unsupported`` with it; ``platform_problem()`` says why no kernel can run here.
 What a call would run: ``describe_launch(...)``; which backend serves each op: ``kernel_paths()``.
 Workspace: ``workspace_floats(...)`` sizes the caller-owned split-KV scratch.
+Tuned launches (``dflash-rocm tune``): ``tuned_configs()`` says which files are in force;
+``tuned_sources(...)`` limits them within a block; ``tuned_bucket``, ``tuned_document``,
+``read_tuned_file`` and ``tuned_user_path`` are the file's keys, writer, reader and default place.
 
 Kernels are imported on first use, so ``TRITON_INTERPRET`` may be set late.
 """
@@ -29,6 +32,14 @@ from dflash_rocm_plugin.ops.plan import (
     workspace_floats,
 )
 from dflash_rocm_plugin.ops.sampling import greedy_sample
+from dflash_rocm_plugin.ops.tuned import ENV as TUNED_CONFIGS_ENV
+from dflash_rocm_plugin.ops.tuned import in_force as tuned_configs
+from dflash_rocm_plugin.ops.tuned import document as tuned_document
+from dflash_rocm_plugin.ops.tuned import only as tuned_sources
+from dflash_rocm_plugin.ops.tuned import read as read_tuned_file
+from dflash_rocm_plugin.ops.tuned import user_path as tuned_user_path
+from dflash_rocm_plugin.ops.tuned_file import LAUNCH_FIELDS as TUNED_LAUNCH_FIELDS
+from dflash_rocm_plugin.ops.tuned_file import bucket as tuned_bucket
 from dflash_rocm_plugin.ops.support import (
     DTYPES,
     FP8_KV_CACHE_DTYPES,
@@ -49,4 +60,7 @@ __all__ = [
     "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",
     "describe_launch", "LaunchDescription", "AttentionLaunch", "forced_launch", "workspace_floats",
     "kernel_paths", "AiterUnavailable",
+    "tuned_configs", "tuned_sources", "tuned_bucket", "tuned_document", "read_tuned_file", "tuned_user_path",
+    "TUNED_CONFIGS_ENV", "TUNED_LAUNCH_FIELDS",
 ]
+

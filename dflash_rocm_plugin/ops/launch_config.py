@@ -16,12 +16,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-from dflash_rocm_plugin.ops import _runtime
+from dflash_rocm_plugin.ops import _runtime, tuned, workspace
 
 # Minimum keys per split (two 64-key tiles).  H200, 1 x 4K: 32 splits of 128 keys
 # still beat 16 splits of 256 (0.96 vs 0.85 TB/s), so the floor is low.
 MIN_KEYS_PER_SPLIT = 128
-MAX_SPLITS = 32
+MAX_SPLITS = workspace.MAX_SPLITS
 # Resident attention programs per multiprocessor for the default tile.  NVIDIA
 # (BLOCK_M 64, 4 warps, 255 registers/thread): the register file holds 2.  A 128-row tile
 # (8 warps, ~130 KB shared memory) leaves room for 1.
@@ -109,12 +109,16 @@ def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int
 
 def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, head_dim: int,
            kv_capacity: int, max_query_len: int | None, num_splits: int | None,
-           device_index: int | None, page_size: int | None = None, window: int | None = None) -> AttentionLaunch:
+           device_index: int | None, page_size: int | None = None, window: int | None = None,
+           dtype=None, kv_cache_dtype=None, causal: bool | None = None) -> AttentionLaunch:
     """The launch for these shapes; ``page_size`` None (unknown) is treated as 16 or more.
 
     ``window`` (a sliding window) bounds the keys one tile reads, whatever the capacity: the
     launch is that of a sequence of that many keys (H200, DFlash2 q8 at 32 x 16K with window
     2048: the 16K capacity's 5-stage pipeline lost 14 % against the 2K-key launch).
+
+    Given ``dtype`` and ``causal`` (every call passes them), a tuned entry for the shape's bucket
+    (``ops/tuned.py``) replaces the rules below; ``kv_cache_dtype`` None means ``dtype``.
     """
     head_dim_pad = max(16, _runtime.next_power_of_2(head_dim))
     # Query rows per tile: 64, or 128 when the group is large and the head is
@@ -130,9 +134,10 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     arch = _runtime.gpu_arch(device_index)
     block_n, num_warps, num_stages = _arch_defaults(arch, head_dim_pad, block_m)
 
+    explicit_splits = num_splits is not None
+    short_queries = num_tokens <= num_seqs * block_q
     if num_splits is None:
         num_splits = 1
-        short_queries = num_tokens <= num_seqs * block_q
         if short_queries:
             # Fill exactly one wave of resident programs, never more: on H200
             # every measured optimum had programs x splits <= 2 x 132 (8 x 4K:
@@ -172,6 +177,24 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
                              page_ids_asm=page_ids_asm, overlap_qk=overlap_qk,
                              # A split row of 512 floats per split is too much for one warp's registers.
                              merge_warps=4 if head_dim_pad > 256 else 1)
+    if dtype is not None and causal is not None:
+        entry = tuned.lookup(arch, heads=(group * num_kv_heads, num_kv_heads, head_dim), dtype=dtype,
+                             kv_cache_dtype=kv_cache_dtype, causal=causal, num_tokens=num_tokens,
+                             num_seqs=num_seqs, max_query_len=max_query_len, kv_keys=kv_capacity,
+                             page_size=page_size)
+        if entry is not None and entry.launch is not None:
+            launch = _tuned_launch(launch, entry.launch, arch, splits_free=short_queries and not explicit_splits)
     if _forced:
         launch = dataclasses.replace(launch, **_forced)
     return launch
+
+
+def _tuned_launch(launch: AttentionLaunch, fields: dict, arch: str, splits_free: bool) -> AttentionLaunch:
+    """A tuned entry's fields over the rules' launch.  Its KV splits apply only where the rules
+    could split too (every sequence in one query tile, no count forced), so the workspace bound
+    keeps its shape; inline PTX page ids only where they compile (NVIDIA, not interpreted)."""
+    fields = dict(fields)
+    if not splits_free:
+        fields["num_splits"] = launch.num_splits
+    fields["page_ids_asm"] = fields["page_ids_asm"] and arch.startswith("sm_") and not _runtime.interpreting()
+    return dataclasses.replace(launch, **fields)

@@ -11,7 +11,7 @@ import dataclasses
 
 import torch
 
-from dflash_rocm_plugin.ops import backends, launch_config, workspace
+from dflash_rocm_plugin.ops import _runtime, backends, launch_config, tuned, workspace
 
 AttentionLaunch = launch_config.AttentionLaunch
 forced_launch = launch_config.forced
@@ -33,15 +33,21 @@ def describe_launch(*, num_tokens: int, num_seqs: int, num_q_heads: int, num_kv_
     """The backend and launch ``paged_attention`` would use for a call of these shapes (host-standard
     cache layouts on the GPU).  ``kv_capacity`` = block-table width x page size."""
     index = None if device is None else torch.device(device).index
+    choice = backends.tuned_backend(
+        device_index=index, heads=(num_q_heads, num_kv_heads, head_dim), dtype=dtype,
+        kv_cache_dtype=kv_cache_dtype, causal=causal, num_tokens=num_tokens, num_seqs=num_seqs,
+        max_query_len=max_query_len, kv_keys=kv_capacity, page_size=page_size)
     name, reason = backends.attention_backend_for(
         causal=causal, window=sliding_window or 0, softcap=softcap or 0.0, dtype=dtype, head_dim=head_dim,
-        num_kv_splits=num_kv_splits, backend=backend, sinks=sinks, kv_cache_dtype=kv_cache_dtype)
+        num_kv_splits=num_kv_splits, backend=backend, sinks=sinks, kv_cache_dtype=kv_cache_dtype,
+        tuned_choice=choice)
     if name != "triton":
         return LaunchDescription(name, reason, None, 0)
     cfg = launch_config.choose(
         num_tokens=num_tokens, num_seqs=num_seqs, num_kv_heads=num_kv_heads, group=num_q_heads // num_kv_heads,
         head_dim=head_dim, kv_capacity=kv_capacity, max_query_len=max_query_len, num_splits=num_kv_splits,
-        device_index=index, page_size=page_size, window=sliding_window)
+        device_index=index, page_size=page_size, window=sliding_window, dtype=dtype,
+        kv_cache_dtype=kv_cache_dtype, causal=causal)
     floats = workspace.elements(cfg.num_splits, num_tokens, num_q_heads, head_dim) if cfg.num_splits > 1 else 0
     return LaunchDescription(name, reason, cfg, floats)
 
@@ -50,27 +56,38 @@ def workspace_floats(*, num_q_heads: int, num_kv_heads: int, head_dim: int, max_
                      max_kv_len: int, device=None) -> int:
     """float32 elements of split-KV scratch that cover every call with up to ``max_num_seqs``
     sequences of up to ``max_kv_len`` keys (block-table width x page size), whatever their query
-    lengths: allocate that once and pass it as ``paged_attention(..., workspace=)``.  0: no such
-    call splits.
+    lengths, dtypes and page sizes: allocate that once and pass it as ``paged_attention(...,
+    workspace=)``.  0: no such call splits.
 
     A launch splits only when every sequence fits one query tile, so its rows are at most
     ``num_seqs x block_q``; the bound walks each sequence count and query-tile size through the
-    same chooser the calls use.
+    same chooser the calls use, with one query row per sequence (always short enough to split),
+    and then, for every tuned entry in force that splits, the largest call of its bucket.
     """
     index = None if device is None else torch.device(device).index
     group = num_q_heads // num_kv_heads
+    shape = dict(num_kv_heads=num_kv_heads, group=group, head_dim=head_dim, num_splits=None, device_index=index)
+
+    def need_of(num_seqs: int, rows: int, kv_len: int, **extra) -> tuple[int, launch_config.AttentionLaunch]:
+        cfg = launch_config.choose(num_tokens=num_seqs, num_seqs=num_seqs, kv_capacity=kv_len,
+                                   max_query_len=rows, **shape, **extra)
+        floats = workspace.elements(cfg.num_splits, num_seqs * cfg.block_q, num_q_heads, head_dim)
+        return (floats if cfg.num_splits > 1 else 0), cfg
+
     need = 0
     for num_seqs in range(1, max_num_seqs + 1):
         rows = 1
         while True:
-            cfg = launch_config.choose(
-                num_tokens=num_seqs * rows, num_seqs=num_seqs, num_kv_heads=num_kv_heads, group=group,
-                head_dim=head_dim, kv_capacity=max_kv_len, max_query_len=rows, num_splits=None,
-                device_index=index)
-            if cfg.num_splits > 1:
-                need = max(need, workspace.elements(cfg.num_splits, num_seqs * cfg.block_q, num_q_heads, head_dim))
+            floats, cfg = need_of(num_seqs, rows, max_kv_len)
+            need = max(need, floats)
             if cfg.block_q < rows:
                 break
             rows *= 2
+    arch = _runtime.gpu_arch(index)
+    for (*heads, dtype, kv_dtype, causal, q, batch, context, page) in tuned.split_keys(arch):
+        if tuple(heads) != (num_q_heads, num_kv_heads, head_dim) or batch // 2 >= max_num_seqs \
+                or context // 2 >= max_kv_len:
+            continue  # no call of this layout and size reaches the bucket
+        need = max(need, need_of(min(batch, max_num_seqs), q, min(context, max_kv_len), page_size=page,
+                                 dtype=dtype, kv_cache_dtype=kv_dtype, causal=causal)[0])
     return need
-

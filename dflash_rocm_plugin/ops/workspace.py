@@ -12,6 +12,9 @@ import threading
 
 import torch
 
+# The most KV splits one launch may use: the width of the split merge, and the scratch bound.
+MAX_SPLITS = 32
+
 _lock = threading.Lock()
 _buffers: dict[torch.device, torch.Tensor] = {}
 # A graph captured earlier keeps the address of the buffer it launched with, so a

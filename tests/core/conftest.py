@@ -22,3 +22,20 @@ def clean_aiter_state(monkeypatch):
     backends._env_policy.cache_clear()
     yield
     backends._env_policy.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def no_tuned_launches(monkeypatch):
+    """The chooser's own rules: no tuned launch file of this machine's user (or the package) is read.
+    Tests of the tuned lookup point DFLASH_ROCM_TUNED_CONFIGS elsewhere and clear the caches."""
+    from dflash_rocm_plugin.ops import tuned
+    monkeypatch.setenv(tuned.ENV, "off")
+    clear_tuned_caches()
+    yield
+    clear_tuned_caches()
+
+
+def clear_tuned_caches():
+    from dflash_rocm_plugin.ops import tuned
+    tuned.table.cache_clear()
+    tuned._load.cache_clear()

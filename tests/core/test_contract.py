@@ -5,20 +5,26 @@ caller-owned workspace.
   argument checks of ``paged_attention`` give the same reasons.
 * ``describe_launch`` is the launch the Triton backend runs for that call (no second chooser).
 * ``workspace_floats(N, L)`` covers every call of up to N sequences and L keys, whatever the query
-  lengths, on the H200 and the AMD parts alike; a call given that workspace never touches the
+  lengths (GQA groups that do not divide a tile included), on the H200 and the AMD parts alike, and
+  whatever KV splits tuned launch files in force set; a call given that workspace never touches the
   fallback buffer.
 """
 
 from __future__ import annotations
 
+import json
+import tempfile
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from dflash_rocm_plugin import ops
-from dflash_rocm_plugin.ops import _runtime, workspace
+from dflash_rocm_plugin import __version__, ops
+from dflash_rocm_plugin.ops import _runtime, tuned, workspace
 from dflash_rocm_plugin.ops.backends import triton as triton_backend
 from tests.core.cases import build, check_against_reference
+from tests.core.conftest import clear_tuned_caches
 
 DEVICES = {"H200": ("sm_90", 227 * 1024, 132), "MI300X": ("gfx942", 64 * 1024, 304),
            "MI355X": ("gfx950", 160 * 1024, 256)}
@@ -89,17 +95,20 @@ def test_describe_launch_is_what_the_triton_backend_runs(monkeypatch, device, ba
     class Shapes:  # the fields triton_backend.plan reads from a call
         num_tokens, num_seqs, num_q_heads, num_kv_heads = batch * q_len, batch, 32, 8
         head_dim, kv_capacity, max_query_len, num_kv_splits, page_size = 128, args["kv_capacity"], q_len, None, page
-        window = 0
-        q = torch.empty(0)
+        window, causal = 0, False
+        q = k_cache = torch.empty(0, dtype=torch.bfloat16)
     assert triton_backend.plan(Shapes) == described.launch
     if described.launch.num_splits > 1:
         assert described.workspace_floats == workspace.elements(described.launch.num_splits, batch * q_len, 32, 128)
 
 
+HEADS = [(32, 8, 128), (64, 8, 128), (8, 1, 64), (16, 16, 256), (48, 8, 128)]
+
+
 @settings(max_examples=150, deadline=None)
 @given(device=st.sampled_from(sorted(DEVICES)), num_seqs=st.integers(1, 48),
        q_lens=st.lists(st.integers(1, 300), min_size=1, max_size=48), context=st.integers(1, 65536),
-       page=st.sampled_from([1, 16, 64]), heads=st.sampled_from([(32, 8, 128), (64, 8, 128), (8, 1, 64), (16, 16, 256)]))
+       page=st.sampled_from([1, 16, 64]), heads=st.sampled_from(HEADS))
 def test_workspace_floats_covers_every_call(device, num_seqs, q_lens, context, page, heads):
     with pytest.MonkeyPatch.context() as m:
         pin(m, device)
@@ -111,6 +120,65 @@ def test_workspace_floats_covers_every_call(device, num_seqs, q_lens, context, p
                                    max_query_len=max(lens)).workspace_floats
         assert need <= ops.workspace_floats(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, max_num_seqs=48,
                                             max_kv_len=capacity)
+
+
+@pytest.mark.parametrize("device", sorted(DEVICES))
+@pytest.mark.parametrize("max_query_len", [9, 10, None])
+def test_workspace_floats_covers_query_tiles_of_groups_that_do_not_divide_64(monkeypatch, device, max_query_len):
+    """GQA 6 (48 q / 8 kv heads): query tiles of 10 rows, so a call of 10 rows per sequence splits."""
+    pin(monkeypatch, device)
+    need = ops.describe_launch(num_tokens=8 * 10, num_seqs=8, num_q_heads=48, num_kv_heads=8, head_dim=128,
+                               page_size=16, kv_capacity=32768, max_query_len=max_query_len).workspace_floats
+    assert need > 0
+    assert need <= ops.workspace_floats(num_q_heads=48, num_kv_heads=8, head_dim=128, max_num_seqs=8,
+                                        max_kv_len=32768)
+
+
+@settings(max_examples=150, deadline=None)
+@given(device=st.sampled_from(sorted(DEVICES)), num_seqs=st.integers(1, 48),
+       q_lens=st.lists(st.integers(1, 300), min_size=1, max_size=48), context=st.integers(1, 65536),
+       page=st.sampled_from([1, 16, 64]), heads=st.sampled_from(HEADS), causal=st.booleans(),
+       q_cap=st.sampled_from([1, 8, 10, 16, 300]), bound_known=st.booleans(),
+       window=st.sampled_from([None, 128, 4096]), own_splits=st.integers(1, 32),
+       others=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 6), st.integers(0, 16), st.sampled_from([1, 16]),
+                                 st.booleans(), st.integers(1, 32)), max_size=8))
+def test_workspace_floats_covers_tuned_split_counts(device, num_seqs, q_lens, context, page, heads, causal, q_cap,
+                                                    bound_known, window, own_splits, others):
+    """With tuned entries in force (one at the call's own bucket, others anywhere), whatever KV splits they
+    set, the bound still covers the call (``q_cap`` makes short, splitting blocks common)."""
+    hq, hkv, d = heads
+    lens = [min(n, q_cap) for n in (q_lens * num_seqs)[:num_seqs]]
+    capacity = -(-context // page) * page
+    max_query_len = max(lens) if bound_known else None
+    call = dict(num_tokens=sum(lens), num_seqs=num_seqs, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page,
+                kv_capacity=capacity, causal=causal, max_query_len=max_query_len, sliding_window=window)
+    with pytest.MonkeyPatch.context() as m:
+        pin(m, device)
+        block_q = ops.describe_launch(**call).launch.block_q
+    keys = capacity if window is None else min(capacity, window + block_q - 1)  # as the chooser counts them
+    own = ops.tuned_bucket(num_tokens=sum(lens), num_seqs=num_seqs, max_query_len=max_query_len, kv_keys=keys,
+                           page_size=page)
+    buckets = {(causal, *own): own_splits}
+    for q, b, c, p, cz, splits in others:
+        buckets.setdefault((cz, 1 << q, 1 << b, 1 << c, p), splits)
+    fields = dict(block_n=64, num_warps=4, num_stages=2, page_ids_asm=False, overlap_qk=False)
+    entries = [dict(heads=list(heads), dtype="bfloat16", kv_cache_dtype="bfloat16", causal=cz, q=q, batch=b,
+                    context=c, page=p, launch=dict(fields, num_splits=splits))
+               for (cz, q, b, c, p), splits in buckets.items()]
+    with pytest.MonkeyPatch.context() as m, tempfile.TemporaryDirectory() as tmp:
+        pin(m, device)
+        m.setattr(tuned, "SHIPPED_DIR", Path(tmp))
+        m.setenv(tuned.ENV, tmp)
+        with open(f"{tmp}/{DEVICES[device][0]}.json", "w") as f:
+            json.dump({"format": 1, "plugin": __version__, "arch": DEVICES[device][0], "entries": entries}, f)
+        clear_tuned_caches()
+        try:
+            assert ops.tuned_configs()["buckets"] == len(entries)
+            need = ops.describe_launch(**call).workspace_floats
+            assert need <= ops.workspace_floats(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, max_num_seqs=48,
+                                                max_kv_len=capacity)
+        finally:
+            clear_tuned_caches()
 
 
 def test_a_call_with_its_workspace_never_uses_the_fallback(monkeypatch):

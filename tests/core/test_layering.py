@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PKG = "dflash_rocm_plugin"
 HOSTS = ("vllm", "sglang")
 LOWER = ("kernels", "ops", "hostfix")
-UPPER = ("vllm", "sglang", "demo", "bench", "doctor", "cli")
+UPPER = ("vllm", "sglang", "demo", "bench", "tune", "doctor", "cli")
 
 
 def module_name(path: Path) -> str:

@@ -64,3 +64,12 @@ def test_register_without_hosts_installed_never_raises():
     for host in ("vllm", "sglang"):
         if importlib.util.find_spec(host) is None:
             importlib.import_module(f"dflash_rocm_plugin.{host}").register()
+
+
+def test_the_tuned_launch_files_ship_as_package_data():
+    if tomllib is None:
+        pytest.skip("tomllib needs Python 3.11")
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "tuned/*.json" in data["dflash_rocm_plugin.ops"]
+    from dflash_rocm_plugin.ops import tuned
+    assert tuned.SHIPPED_DIR == ROOT / "dflash_rocm_plugin" / "ops" / "tuned" and tuned.SHIPPED_DIR.is_dir()

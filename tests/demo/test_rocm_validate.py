@@ -1,5 +1,6 @@
 """ci/rocm_validate.sh passes shellcheck, and --dry-run prints the exact commands it would run
-(doctor, native kernel tests, the GPU suite, bench, the launch sweep, demo; with model paths, vLLM and SGLang servers with DFlash on
+(doctor, native kernel tests, the GPU suite, bench, the launch sweep, the launch tuner writing the GPU's
+tuned file into the output directory and the bench again with it in force, demo; with model paths, vLLM and SGLang servers with DFlash on
 rocm_dflash, on the default backend, and without speculation, benchmarked at concurrency 1 and 32)."""
 
 import os
@@ -73,6 +74,18 @@ def test_help_is_the_header_comment():
     res = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.startswith("Validate dflash-rocm-plugin")
     assert res.stdout.rstrip().endswith("runs none.") and "set -euo" not in res.stdout
+
+
+def test_dry_run_tunes_the_gpu_into_the_output_dir(tmp_path):
+    out = _dry("--out", str(tmp_path / "r"))
+    tuned = tmp_path / "r" / "tuned"
+    assert f"the launch tuner writes this GPU's tuned file into {tuned}/ (<arch>.json: gfx942 on MI300X, gfx950" in out
+    assert (f"+ env -u TRITON_INTERPRET dflash-rocm tune --out {tuned} --prefill --budget-min 60 "
+            f"--json {tmp_path}/r/tune.json --no-progress") in out
+    assert f"+ env -u TRITON_INTERPRET dflash-rocm tune --model qwen3-32b --out {tuned} --budget-min 30 " in out
+    assert (f"+ env -u TRITON_INTERPRET DFLASH_ROCM_TUNED_CONFIGS={tuned} dflash-rocm bench "
+            f"--json {tmp_path}/r/bench-tuned.json") in out
+    assert out.index("dflash-rocm tune --out") < out.index("DFLASH_ROCM_TUNED_CONFIGS=") < out.index("dflash-rocm demo")
 
 
 def test_dry_run_does_not_create_the_report_dir(tmp_path):

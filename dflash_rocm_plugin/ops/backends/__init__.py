@@ -14,6 +14,8 @@ explicitly; when it is None the default comes from the environment, read once pe
 
 Either AITER path is dropped for the rest of the process, with one warning, the first time its
 kernel raises; the call is then served by the plugin's own path, so results stay correct.
+Under ``auto`` on ROCm, a tuned entry for the call's shape bucket (``ops/tuned.py``) that says
+``backend: triton`` keeps that bucket on Triton: ``dflash-rocm tune`` measured it faster there.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 
 import torch
 
-from dflash_rocm_plugin.ops import _runtime
+from dflash_rocm_plugin.ops import _runtime, tuned
 from dflash_rocm_plugin.ops.backends import aiter, aiter_loader, triton
 from dflash_rocm_plugin.ops.call import AttentionCall
 
@@ -54,6 +56,12 @@ def policy(requested: str | None, env: str, choices: tuple[str, ...], argument: 
 def run_attention(call: AttentionCall, backend: str | None) -> str:
     """Run the call on the chosen backend; the name of the backend that ran it."""
     chosen = policy(backend, ATTENTION_ENV, ATTENTION_CHOICES)
+    if chosen == "auto" and _runtime.is_rocm() and tuned_backend(
+            device_index=call.q.device.index, heads=(call.num_q_heads, call.num_kv_heads, call.head_dim),
+            dtype=call.q.dtype, kv_cache_dtype=call.k_cache.dtype, causal=call.causal,
+            num_tokens=call.num_tokens, num_seqs=call.num_seqs, max_query_len=call.max_query_len,
+            kv_keys=call.kv_capacity, page_size=call.page_size) == triton.NAME:
+        chosen = triton.NAME
     if chosen != "triton" and aiter.try_attention(call, forced=chosen == "aiter"):
         return aiter.NAME
     triton.run(call)
@@ -67,17 +75,26 @@ def run_greedy(logits: torch.Tensor, out: torch.Tensor | None, backend: str | No
     return aiter.try_greedy(logits, out)
 
 
+def tuned_backend(*, device_index: int | None, **shapes) -> str | None:
+    """The backend a tuned entry names for a call of these shapes (``tuned.lookup``), or None."""
+    entry = tuned.lookup(_runtime.gpu_arch(device_index), **shapes)
+    return None if entry is None else entry.backend
+
+
 def attention_backend_for(*, causal: bool, window: int, softcap: float, dtype, head_dim: int,
                           num_kv_splits: int | None, backend: str | None = None, sinks: bool = False,
-                          kv_cache_dtype=None) -> tuple[str, str]:
+                          kv_cache_dtype=None, tuned_choice: str | None = None) -> tuple[str, str]:
     """(backend, why) for a call of this configuration with host-standard cache layouts on the
-    GPU; never imports AITER or raises (a policy that cannot run is reported as "error")."""
+    GPU; never imports AITER or raises (a policy that cannot run is reported as "error").
+    ``tuned_choice``: what a tuned entry names for the call's bucket (``tuned_backend``)."""
     try:
         chosen = policy(backend, ATTENTION_ENV, ATTENTION_CHOICES)
     except ValueError as exc:
         return "error", str(exc)
     if chosen == "triton":
         return triton.NAME, "the triton backend was chosen"
+    if chosen == "auto" and _runtime.is_rocm() and tuned_choice == triton.NAME:
+        return triton.NAME, "a tuned launch file keeps this shape bucket on Triton (dflash-rocm tune)"
     if not _runtime.is_rocm():
         return ("error" if chosen == "aiter" else triton.NAME), "not a ROCm build of torch"
     why = aiter.shape_problem(causal=causal, window=window, softcap=softcap, dtype=dtype, head_dim=head_dim,

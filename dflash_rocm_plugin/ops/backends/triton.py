@@ -15,7 +15,8 @@ def plan(call: AttentionCall) -> launch_config.AttentionLaunch:
         num_tokens=call.num_tokens, num_seqs=call.num_seqs, num_kv_heads=call.num_kv_heads,
         group=call.num_q_heads // call.num_kv_heads, head_dim=call.head_dim, kv_capacity=call.kv_capacity,
         max_query_len=call.max_query_len, num_splits=call.num_kv_splits, device_index=call.q.device.index,
-        page_size=call.page_size, window=call.window or None)
+        page_size=call.page_size, window=call.window or None, dtype=call.q.dtype,
+        kv_cache_dtype=call.k_cache.dtype, causal=call.causal)
 
 
 def soft_fp8(cache_dtype, device_index) -> int:

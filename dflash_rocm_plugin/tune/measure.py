@@ -1,0 +1,153 @@
+"""One bucket's bench: its inputs and float32 reference, and one candidate launch checked, then timed.
+
+A candidate is a backend (``auto``: the default policy, ``triton``, ``aiter``) and, for Triton, every
+tunable launch field forced (``ops.forced_launch``), so neither the chooser's rules nor a tuned file
+decide what runs.  Its output, written over NaN, must match the reference before it is timed; a
+candidate that fails to compile, raises or is wrong is recorded with the reason and never wins.
+Timing is injectable (``Timer``): on a GPU, the median of graph replays and of single calls after
+a cache flush (``bench.timing``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Callable
+
+import torch
+
+from dflash_rocm_plugin import ops
+from dflash_rocm_plugin.bench import inputs, timing
+from dflash_rocm_plugin.tune.space import TuneShape
+
+TOLERANCE = 2e-2  # as the bench: bf16 inputs, fp32 accumulation, ~3e-3 expected
+MAX_SPLITS = 32   # the most ops.paged_attention(num_kv_splits=) takes
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    label: str
+    backend: str                 # "auto" | "triton" | "aiter"
+    fields: tuple = ()           # (name, value) pairs of ops.TUNED_LAUNCH_FIELDS, forced; () = chosen
+
+    @property
+    def launch(self) -> dict | None:
+        return dict(self.fields) or None
+
+
+@dataclasses.dataclass
+class Timing:
+    graph_us: float      # per call, graph replay of back-to-back calls over rotating inputs
+    flushed_us: float    # one call after the caches were overwritten
+
+
+@dataclasses.dataclass
+class Measured:
+    candidate: Candidate
+    ran: str = ""                    # the backend and launch that actually ran
+    timing: Timing | None = None
+    rel_err: float | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.timing is not None
+
+
+Timer = Callable[[list, Candidate], Timing]
+
+
+def gpu_timer(calls: list, candidate: Candidate) -> Timing:
+    return Timing(graph_us=timing.graph_us(calls, target_ms=3.0, reps=10), flushed_us=timing.flushed_us(calls))
+
+
+def fields_of(launch) -> tuple:
+    return tuple((name, getattr(launch, name)) for name in ops.TUNED_LAUNCH_FIELDS)
+
+
+def launch_text(fields: dict) -> str:
+    """``BN64 W4 S3 x2 asm ovl``: tile keys, warps, stages, KV splits, and the flags that are on."""
+    text = f"BN{fields['block_n']} W{fields['num_warps']} S{fields['num_stages']} x{fields['num_splits']}"
+    return text + (" asm" if fields["page_ids_asm"] else "") + (" ovl" if fields["overlap_qk"] else "")
+
+
+class BucketBench:
+    """Inputs of one shape on ``device``; ``run`` checks and times one candidate over them."""
+
+    def __init__(self, shape: TuneShape, device, dtype, timer: Timer, fp8_dtype=torch.float8_e4m3fn):
+        self.shape, self.device, self.timer = shape, torch.device(device), timer
+        self.case = inputs.build(shape, self.device, dtype=dtype)
+        if shape.kv == "fp8" and fp8_dtype != self.case.k_cache.dtype:
+            self.case.k_cache = self.case.k_cache.float().to(fp8_dtype)
+            self.case.v_cache = self.case.v_cache.float().to(fp8_dtype)
+        self.ref = inputs.reference(self.case)
+        self.outs = [torch.empty_like(self.case.q) for _ in self.case.block_tables]
+        self.default = self.describe(backend="triton").launch
+        # Caller-owned, as a host's: graph capture never allocates, whatever split count is tried.
+        floats = self.describe(backend="triton", num_kv_splits=MAX_SPLITS).workspace_floats if self.can_split else 0
+        self.workspace = torch.empty(max(1, floats, self.describe(backend="triton").workspace_floats),
+                                     dtype=torch.float32, device=self.device)
+
+    @property
+    def can_split(self) -> bool:
+        """Every sequence fits one query tile: the only calls the chooser (and a tuned entry) splits."""
+        return self.shape.q_len <= self.default.block_q
+
+    @property
+    def kv_keys(self) -> int:
+        return self.case.block_tables[0].shape[1] * self.shape.page
+
+    def describe(self, backend: str = "auto", num_kv_splits=None):
+        s, (hq, hkv, d), case = self.shape, self.shape.heads, self.case
+        return ops.describe_launch(
+            num_tokens=case.q.shape[0], num_seqs=s.batch, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
+            page_size=s.page, kv_capacity=self.kv_keys, causal=s.causal,
+            dtype=case.q.dtype, max_query_len=s.q_len, num_kv_splits=num_kv_splits, sinks=case.sinks is not None,
+            kv_cache_dtype=case.k_cache.dtype, device=self.device, backend=backend)
+
+    @property
+    def bucket(self) -> tuple[int, int, int, int]:
+        s, case = self.shape, self.case
+        return ops.tuned_bucket(num_tokens=case.q.shape[0], num_seqs=s.batch, max_query_len=s.q_len,
+                                kv_keys=self.kv_keys, page_size=s.page)
+
+    def _calls(self, backend: str) -> list:
+        case, s = self.case, self.shape
+
+        def call(i):
+            return lambda: ops.paged_attention(
+                case.q, case.k_cache, case.v_cache, case.block_tables[i], case.seq_lens, case.query_start_loc,
+                causal=s.causal, out=self.outs[i], max_query_len=s.q_len, workspace=self.workspace,
+                backend=backend, **case.features())
+        return [call(i) for i in range(case.copies)]
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def run(self, candidate: Candidate) -> Measured:
+        result = Measured(candidate)
+        forced = ops.forced_launch(**dict(candidate.fields)) if candidate.fields else contextlib.nullcontext()
+        with forced:
+            plan = self.describe(backend=candidate.backend)
+            result.ran = plan.backend if plan.launch is None else \
+                f"{plan.backend} {launch_text(dict(fields_of(plan.launch)))}"
+            calls = self._calls(candidate.backend)
+            try:
+                for out in self.outs:
+                    out.fill_(float("nan"))
+                calls[0]()
+                self._sync()
+                result.rel_err = inputs.rel_error(self.outs[0], self.ref)
+                if not result.rel_err <= TOLERANCE:
+                    result.error = f"wrong output (relative error {result.rel_err:.2e})"
+                    return result
+                result.timing = self.timer(calls, candidate)
+            except Exception as exc:  # noqa: BLE001 - a launch that fails is a result, not the end
+                self._sync_quietly()
+                result.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+        return result
+
+    def _sync_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            self._sync()

@@ -1,0 +1,105 @@
+"""What ``dflash-rocm tune`` sweeps: the shape classes the hosts call, their buckets, and the launch
+fields tried on each architecture family.
+
+Shape classes: DFlash draft (non-causal) and verify (causal) blocks of 16 and 8 queries (DFlash and
+DFlash2 drafts), decode (one query), and, optionally, chunked prefill (2 048-query chunks over a
+longer cache) and prefill (the whole prompt).  Every shape is measured at the top of its bucket (the
+power-of-two sizes the chooser's lookup rounds up to), so an entry is timed where it is hardest.
+
+The search is coordinate descent from the default launch: KV splits (blocks short enough to split),
+then tile x warps x stages at the best split count, then the two loop flags, then the split counts
+next to the best.  Its length does not depend on what is measured, so ``--dry-run`` counts it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from dflash_rocm_plugin.bench.shapes import DEFAULT_SHAPES, Shape
+
+# name: (mode, query rows per sequence; None: the whole context)
+CLASSES = {
+    "draft-q16": ("draft", 16), "verify-q16": ("verify", 16),
+    "draft-q8": ("draft", 8), "verify-q8": ("verify", 8),
+    "decode": ("verify", 1),
+    "chunked-prefill": ("verify", 2048),
+    "prefill": ("verify", None),
+}
+DEFAULT_CLASSES = ("draft-q16", "verify-q16", "decode", "draft-q8", "verify-q8")
+PREFILL_CLASSES = ("chunked-prefill", "prefill")
+# (batch, context) pairs of each class when --shapes is not given: the bench's grid for blocks and
+# decode; prompts short enough that the float32 reference fits beside them.
+DEFAULT_PAIRS = {"chunked-prefill": [(1, 16384), (4, 8192)], "prefill": [(1, 8192), (4, 4096)]}
+BLOCK_PAIRS = list(DEFAULT_SHAPES)
+DEFAULT_PAGES = (16, 1)
+# Rough seconds per candidate (compile, reference check, graph and flushed timing) and per bucket
+# (inputs and the float32 reference), for --dry-run and the budget.
+SECONDS_PER_CANDIDATE = {"sm": 2.5, "gfx": 4.0, "cpu": 30.0}
+SECONDS_PER_BUCKET = 4.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneShape(Shape):
+    """A bench shape of any head layout (``layout``: q heads, kv heads, head_dim)."""
+    layout: tuple = (32, 8, 128)
+    klass: str = "draft-q16"
+
+    @property
+    def heads(self) -> tuple[int, int, int]:
+        return self.layout
+
+    @property
+    def label(self) -> str:
+        ctx = f"{self.context // 1024}K" if self.context % 1024 == 0 else str(self.context)
+        return f"{self.klass} b{self.batch}x{ctx} p{self.page}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Space:
+    """Launch-field values tried on one architecture family."""
+    splits: tuple = (1, 2, 4, 8, 16, 32)
+    tiles: tuple = ()                    # (block_n, num_warps, num_stages)
+    page_ids_asm: tuple = (False,)
+    overlap_qk: tuple = (False, True)
+
+
+def space_for(arch: str) -> Space:
+    if arch.startswith("sm_"):
+        # H200 v1-v4 (benchmarks/NOTES.md): BLOCK_N 32-128, 4/8 warps, 2-5 stages all won somewhere.
+        return Space(tiles=tuple(itertools.product((32, 64, 128), (4, 8), (2, 3, 4, 5))), page_ids_asm=(False, True))
+    if arch.startswith("gfx"):
+        # CDNA3/4: 1-3 stages (registers bound occupancy past that), no inline PTX.
+        return Space(tiles=tuple(itertools.product((32, 64, 128), (4, 8), (1, 2, 3))))
+    # The interpreter: a token sweep, for checking the machinery.
+    return Space(splits=(1, 2), tiles=((16, 4, 1), (32, 4, 1)), overlap_qk=(False,))
+
+
+def family(arch: str) -> str:
+    return "sm" if arch.startswith("sm_") else "gfx" if arch.startswith("gfx") else "cpu"
+
+
+def buckets(classes, layout, pages, pairs=None, kv: str = "bf16") -> list[TuneShape]:
+    """The shapes to tune, target shapes first: pair by pair, each class, each page size."""
+    rows = []
+    for klass in classes:
+        mode, q_len = CLASSES[klass]
+        for i, (batch, context) in enumerate(pairs or DEFAULT_PAIRS.get(klass, BLOCK_PAIRS)):
+            q = context if q_len is None else q_len
+            if q > context:
+                continue
+            for j, page in enumerate(pages):
+                rows.append(((i, list(classes).index(klass), j),
+                             TuneShape("tune", mode, batch, context, page, q, kv, layout=tuple(layout), klass=klass)))
+    return [shape for _, shape in sorted(rows, key=lambda r: r[0])]
+
+
+def split_counts(space: Space, kv_keys: int, block_n: int) -> list[int]:
+    """The split counts worth trying over ``kv_keys`` keys: each split reads at least one key tile."""
+    return [n for n in space.splits if n == 1 or n * block_n <= kv_keys]
+
+
+def candidate_count(space: Space, can_split: bool, kv_keys: int, block_n: int) -> int:
+    """How many launches the search times for one bucket (the default excluded)."""
+    splits = len(split_counts(space, kv_keys, block_n)) if can_split else 0
+    return splits + len(space.tiles) + len(space.page_ids_asm) * len(space.overlap_qk) + (2 if can_split else 0)

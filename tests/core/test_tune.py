@@ -1,0 +1,283 @@
+"""``dflash-rocm tune`` on the CPU: the sweep, the checks and the file, with a tiny grid under the
+Triton interpreter and an injected timer (no timing is asserted; the fake timer decides who wins).
+
+* every candidate's output is checked against the float32 reference before it is timed: a launch
+  whose output is wrong never wins, however fast the timer says it is;
+* an entry is written only where a candidate beats the default measured in the same run, in the
+  sweep and again in a confirmation round; a previous entry the default now beats is dropped;
+* the file reads back through the ops layer and the chooser then runs the winner for that bucket;
+* ``--dry-run`` says what would be swept and how long, without a GPU; without a GPU a run exits 2
+  with one line; bad arguments exit 2 naming the argument.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dflash_rocm_plugin import cli as top_cli, ops
+from dflash_rocm_plugin.bench import inputs
+from dflash_rocm_plugin.ops import launch_config, tuned
+from dflash_rocm_plugin.tune import cli, driver, measure, space as space_mod
+from dflash_rocm_plugin.tune.measure import Timing
+from tests.core.conftest import clear_tuned_caches
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = space_mod.Space(splits=(1, 2), tiles=((16, 4, 1), (32, 4, 1)), overlap_qk=(False,))
+ONE = space_mod.Space(splits=(1,), tiles=((16, 4, 1),), overlap_qk=(False,))  # the default and one other tile
+HEADS = (4, 2, 32)
+
+
+@pytest.fixture(autouse=True)
+def one_copy(monkeypatch):
+    monkeypatch.setattr(inputs, "ROTATE_BYTES", 1)
+
+
+class FakeTimer:
+    """Times from the candidate alone: ``fast(candidate, round)`` -> microseconds."""
+
+    def __init__(self, fast):
+        self.fast, self.rounds, self.timed = fast, {}, []
+
+    def __call__(self, calls, candidate):
+        n = self.rounds[candidate] = self.rounds.get(candidate, 0) + 1
+        self.timed.append(candidate)
+        us = self.fast(candidate, n)
+        return Timing(graph_us=us, flushed_us=us)
+
+
+def corrupt_block_n_32(monkeypatch):
+    """Launches with BLOCK_N 32 write a wrong answer (as a miscompiled tile would)."""
+    real = ops.paged_attention
+
+    def wrong(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if launch_config._forced.get("block_n") == 32:
+            out.add_(1.0)
+        return out
+    monkeypatch.setattr(ops, "paged_attention", wrong)
+
+
+def tune(tmp_path, shapes, timer, *extra, space=ONE, dtype=torch.float32):
+    args = cli._parser().parse_args(["--out", str(tmp_path / "tuned"), "--no-progress", "--json",
+                                     str(tmp_path / "record.json"), *extra])
+    rc = cli.run(args, shapes, torch.device("cpu"), timer=timer, space=space, dtype=dtype)
+    return rc, json.loads((tmp_path / "record.json").read_text())
+
+
+def entry_for(bucket, launch):
+    return dict(bucket, launch=launch)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """One sweep of two buckets: the draft block's BLOCK_N 16 launch is fastest, BLOCK_N 32 faster still
+    but wrong; in the decode bucket nothing beats the default, and a previous entry there is dropped."""
+    tmp = tmp_path_factory.mktemp("tune")
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(inputs, "ROTATE_BYTES", 1)
+        m.setenv(tuned.ENV, "off")
+        clear_tuned_caches()
+        corrupt_block_n_32(m)
+        shapes = space_mod.buckets(["draft-q16", "decode"], HEADS, [16], [(2, 128)])
+        decode_key = dict(heads=list(HEADS), dtype="float32", kv_cache_dtype="float32", causal=True, q=1, batch=2,
+                          context=128, page=16)
+        stale = dict(block_n=16, num_warps=4, num_stages=1, num_splits=2, page_ids_asm=False, overlap_qk=False)
+        (tmp / "tuned").mkdir()
+        (tmp / "tuned" / "cpu.json").write_text(json.dumps(ops.tuned_document("cpu", [entry_for(decode_key, stale)])))
+
+        labels = []
+
+        def fast(c, n):
+            fields = dict(c.fields)
+            if c.label == "default" or not fields:
+                return 100.0
+            if labels[-1].startswith("draft"):
+                return {16: 50.0, 32: 10.0}.get(fields["block_n"], 120.0)
+            return 150.0
+        timer = FakeTimer(fast)
+
+        class Watch(measure.BucketBench):
+            def __init__(self, shape, *a, **k):
+                labels.append(shape.label)
+                super().__init__(shape, *a, **k)
+        m.setattr(driver, "BucketBench", Watch)
+        rc, record = tune(tmp, shapes, timer, space=TINY)
+    clear_tuned_caches()
+    return dict(rc=rc, record=record, path=tmp / "tuned" / "cpu.json", timer=timer, shapes=shapes, labels=labels)
+
+
+def test_every_timed_candidate_was_checked_first(swept):
+    assert swept["rc"] == 0 and swept["labels"] == [s.label for s in swept["shapes"]]
+    tried = [t for b in swept["record"]["buckets"] for t in b["tried"]]
+    assert len(tried) > 6
+    for t in tried:
+        if t["launch"] and t["launch"]["block_n"] == 32:
+            assert t["error"].startswith("wrong output") and t["graph_us"] is None
+        else:
+            assert t["error"] is None and t["rel_err"] < 1e-5 and t["graph_us"] is not None
+    timed_block_ns = {dict(c.fields).get("block_n") for c in swept["timer"].timed}
+    assert 32 not in timed_block_ns                       # never timed, so it could never win
+
+
+def test_the_sweep_covers_splits_tiles_and_flags(swept):
+    draft = swept["record"]["buckets"][0]
+    launches = [t["launch"] for t in draft["tried"] if t["launch"]]
+    assert {lz["num_splits"] for lz in launches} == {1, 2}
+    assert {lz["block_n"] for lz in launches} >= {16, 32}
+
+
+def test_only_a_bucket_that_beats_its_default_is_written(swept):
+    draft, decode = swept["record"]["buckets"]
+    assert draft["decision"] == "tuned" and draft["entry"]["launch"]["block_n"] == 16
+    assert draft["entry"]["measured"]["tuned_us"] < draft["entry"]["measured"]["default_us"]
+    assert decode["decision"] == "default kept" and decode["entry"] is None
+    entries = ops.read_tuned_file(swept["path"], "cpu")
+    assert entries == [draft["entry"]]                    # the stale decode entry lost to the default: dropped
+    assert swept["record"]["written"] is True
+
+
+def test_the_chooser_runs_the_written_winner(swept, monkeypatch):
+    monkeypatch.setenv(tuned.ENV, str(swept["path"]))
+    clear_tuned_caches()
+    (entry,) = ops.read_tuned_file(swept["path"], "cpu")
+    got = ops.describe_launch(num_tokens=32, num_seqs=2, num_q_heads=4, num_kv_heads=2, head_dim=32, page_size=16,
+                              kv_capacity=128, max_query_len=16, dtype=torch.float32, causal=False).launch
+    assert {k: getattr(got, k) for k in entry["launch"]} == entry["launch"]
+    decode = ops.describe_launch(num_tokens=2, num_seqs=2, num_q_heads=4, num_kv_heads=2, head_dim=32, page_size=16,
+                                 kv_capacity=128, max_query_len=1, dtype=torch.float32, causal=True).launch
+    assert decode.block_n == 64                           # the rules' launch
+
+
+def test_a_win_that_does_not_hold_in_the_confirmation_round_is_not_written(tmp_path, monkeypatch):
+    monkeypatch.setenv(tuned.ENV, "off")
+    shapes = space_mod.buckets(["draft-q16"], HEADS, [16], [(2, 128)])
+
+    def fast(c, n):
+        if c.label == "default" or not c.fields:
+            return 100.0
+        return 50.0 if n == 1 else 101.0                  # fast once, slower when re-timed
+    rc, record = tune(tmp_path, shapes, FakeTimer(fast))
+    (bucket,) = record["buckets"]
+    assert rc == 0 and bucket["decision"] == "default kept"
+    assert not (tmp_path / "tuned" / "cpu.json").exists() and record["written"] is False
+
+
+def test_a_faster_graph_but_slower_cold_call_is_not_a_win(tmp_path, monkeypatch):
+    monkeypatch.setenv(tuned.ENV, "off")
+    shapes = space_mod.buckets(["draft-q16"], HEADS, [16], [(2, 128)])
+
+    class Split(FakeTimer):
+        def __call__(self, calls, c):
+            default = c.label == "default" or not c.fields
+            return Timing(graph_us=100.0 if default else 50.0, flushed_us=100.0 if default else 100.5)
+    rc, record = tune(tmp_path, shapes, Split(None))
+    assert record["buckets"][0]["decision"] == "default kept"
+
+
+def test_an_exhausted_budget_skips_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setenv(tuned.ENV, "off")
+    monkeypatch.setattr(driver, "BucketBench", lambda *a, **k: pytest.fail("inputs built after the budget ran out"))
+    shapes = space_mod.buckets(["draft-q16"], HEADS, [16], [(2, 128), (1, 128)])
+    rc, record = tune(tmp_path, shapes, FakeTimer(lambda c, n: 100.0), "--budget-min", "0")
+    assert [b["decision"] for b in record["buckets"]] == ["skipped: out of time"] * 2
+
+
+# ----------------------------------------------------------------------------- the command
+
+def test_dry_run_plans_without_a_gpu(capsys):
+    assert top_cli.main(["tune", "--dry-run", "--arch", "gfx942", "--prefill", "--budget-min", "20"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("dflash-rocm tune --dry-run: gfx942, heads 32/8/128, bfloat16, cache bf16")
+    assert "would write: " in out and out.splitlines()[1].endswith("gfx942.json")
+    assert "backend triton vs aiter" in out and "page_ids_asm False;" in out and "stages 1/2/3" in out
+    for label in ("draft-q16 b32x16K p16", "decode b1x32K p1", "verify-q8 b8x4K p16", "chunked-prefill b1x16K p16",
+                  "prefill b4x4K p1"):
+        assert label in out
+    assert "the budget of 20 min covers the first" in out
+
+
+def test_dry_run_json(capsys, tmp_path):
+    assert top_cli.main(["tune", "--dry-run", "--json", "--heads", "64/8/64", "--shapes", "8x4K",
+                         "--classes", "decode", "--pages", "16", "--out", str(tmp_path)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["dry_run"] and plan["heads"] == [64, 8, 64] and plan["out"] == str(tmp_path / "sm_90.json")
+    assert [b["label"] for b in plan["buckets"]] == ["decode b8x4K p16"]
+    assert plan["expected_s"] > 0 and plan["space"]["page_ids_asm"] == [False, True]
+    assert not (tmp_path / "sm_90.json").exists()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--model", "llama"], "--model 'llama' is not one of"),
+    (["--heads", "32/6/128"], "--heads '32/6/128'"),
+    (["--heads", "32x8"], "is not Q/KV/D"),
+    (["--classes", "draft-q16,spec"], "--classes ['spec']"),
+    (["--shapes", "8x1000", "--pages", "16"], "multiple of every page size"),
+    (["--arch", "gfx942"], "--arch is for --dry-run"),
+])
+def test_bad_arguments_exit_2_naming_them(capsys, argv, says):
+    assert top_cli.main(["tune", *argv]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_without_a_gpu_a_run_exits_2_with_one_line():
+    res = subprocess.run([sys.executable, "-m", "dflash_rocm_plugin.cli", "tune"], capture_output=True, text=True,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert res.returncode == 2 and res.stdout == ""
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("dflash-rocm tune: no CUDA or HIP GPU is visible")
+
+
+# ----------------------------------------------------------------------------- AITER (faked: ROCm cannot exist here)
+
+@pytest.fixture
+def rocm_with_aiter(monkeypatch, clean_aiter_state):
+    from dflash_rocm_plugin.ops import _runtime
+    from dflash_rocm_plugin.ops.backends import aiter as aiter_backend
+    from tests.core.test_aiter_selection import FakeAiter
+    monkeypatch.setenv(tuned.ENV, "off")
+    monkeypatch.setattr(_runtime, "is_rocm", lambda: True)
+    monkeypatch.setattr(aiter_backend, "_on_gpu", lambda t: True)
+    return FakeAiter(monkeypatch)
+
+
+@pytest.mark.parametrize("aiter_us, backend", [(100.0, "triton"), (40.0, None)])
+def test_where_aiter_serves_the_bucket_the_backend_is_tuned_too(tmp_path, monkeypatch, rocm_with_aiter, aiter_us,
+                                                                 backend):
+    """The draft block: AITER is the default under auto.  Triton's launch is tuned against Triton's default;
+    the backend entry says triton only when the tuned Triton launch beats AITER."""
+    shapes = space_mod.buckets(["draft-q16", "verify-q16"], HEADS, [16], [(2, 128)])
+
+    def fast(c, n):
+        if c.label == "default":
+            return aiter_us if in_draft[0] else 100.0     # auto: AITER serves the draft, Triton the verify
+        if not c.fields:
+            return 80.0                                   # Triton's default launch
+        return 60.0 if dict(c.fields)["block_n"] == 16 else 120.0
+    in_draft = [True]
+
+    class Watch(measure.BucketBench):
+        def __init__(self, shape, *a, **k):
+            in_draft[0] = shape.klass.startswith("draft")
+            super().__init__(shape, *a, **k)
+    monkeypatch.setattr(driver, "BucketBench", Watch)
+    rc, record = tune(tmp_path, shapes, FakeTimer(fast), dtype=torch.float16)
+    assert rc == 0
+    draft, verify = record["buckets"]
+    assert draft["default"]["ran"] == "aiter" and rocm_with_aiter.calls
+    assert any(t["backend"] == "triton" and not t["launch"] for t in draft["tried"])     # Triton's default, timed
+    assert draft["entry"]["launch"]["block_n"] == 16
+    assert draft["entry"].get("backend") == backend
+    assert verify["default"]["ran"].startswith("triton")                                 # causal: AITER never asked
+    assert not any(t["backend"] == "aiter" for t in verify["tried"])
+    monkeypatch.setenv(tuned.ENV, str(tmp_path / "tuned"))
+    clear_tuned_caches()
+    plan = ops.describe_launch(num_tokens=32, num_seqs=2, num_q_heads=4, num_kv_heads=2, head_dim=32, page_size=16,
+                               kv_capacity=128, max_query_len=16, dtype=torch.float16)
+    assert plan.backend == (backend or "aiter")
