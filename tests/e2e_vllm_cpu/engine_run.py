@@ -11,6 +11,8 @@ no engine-core subprocess) so the probes below see every call:
 * ``impl_calls``: attention-impl ``forward`` calls per impl class, split causal / non-causal,
   with the layer names that made them; ``kv_updates``: ``do_kv_cache_update`` calls per layer;
 * ``ops_calls``: ``dflash_rocm_plugin.ops.paged_attention`` calls by ``causal`` flag;
+  ``ops_sinks``: those that passed ``sinks`` (and with a sliding window), and each distinct
+  sinks vector they passed;
 * ``metrics``: the engine's spec-decode counters; ``outputs``: greedy token ids per prompt.
 """
 
@@ -102,11 +104,23 @@ def install_probes(rec: dict) -> None:
     except ImportError:
         return
     ops_calls = rec["ops_calls"] = {"causal": 0, "non_causal": 0, "write_kv_cache": 0}
+    sinks_seen = rec["ops_sinks"] = {"calls": 0, "windowed_calls": 0, "values": []}
 
     def count(name):
         ops_calls[name] += 1
 
-    _wrap(ops, "paged_attention", lambda a, k, r: count("causal" if k["causal"] else "non_causal"))
+    def on_attention(args, kwargs, result):
+        count("causal" if kwargs["causal"] else "non_causal")
+        sinks = kwargs.get("sinks")
+        if sinks is None:
+            return
+        sinks_seen["calls"] += 1
+        sinks_seen["windowed_calls"] += kwargs.get("sliding_window") is not None
+        values = sinks.float().tolist()
+        if values not in sinks_seen["values"]:
+            sinks_seen["values"].append(values)
+
+    _wrap(ops, "paged_attention", on_attention)
     _wrap(ops, "write_kv_cache", lambda a, k, r: count("write_kv_cache"))
 
 
