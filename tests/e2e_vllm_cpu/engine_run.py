@@ -8,6 +8,7 @@ slot; without it vLLM's own CPU_ATTN runs.  Everything runs in this process (V1 
 no engine-core subprocess) so the probes below see every call:
 
 * ``drafts``: the token ids ``DFlashProposer.propose`` returned, call by call;
+  ``draft_margins``: for each of those tokens, its logit's lead over the runner-up;
 * ``impl_calls``: attention-impl ``forward`` calls per impl class, split causal / non-causal,
   with the layer names that made them; ``kv_updates``: ``do_kv_cache_update`` calls per layer;
 * ``ops_calls``: ``dflash_rocm_plugin.ops.paged_attention`` calls by ``causal`` flag;
@@ -128,12 +129,20 @@ def install_draft_probe(rec: dict) -> None:
     from vllm.v1.spec_decode.dflash import DFlashProposer
 
     drafts = rec["drafts"] = []
+    margins = rec["draft_margins"] = []
 
     def on_propose(args, kwargs, result):
         ids = result[0] if isinstance(result, tuple) else result
         drafts.append(ids.tolist())
 
+    def on_greedy(args, kwargs, result):
+        # how far each draft token's logit is ahead of the runner-up (row-major, like drafts)
+        proposer, hidden = args[0], kwargs.get("hidden_states", args[1] if len(args) > 1 else None)
+        top2 = proposer.model.compute_logits(hidden).float().topk(2, dim=-1).values
+        margins.append((top2[:, 0] - top2[:, 1]).tolist())
+
     _wrap(DFlashProposer, "propose", on_propose)
+    _wrap(DFlashProposer, "_greedy_sample", on_greedy)
 
 
 def spec_metrics(llm) -> dict:

@@ -15,14 +15,16 @@ the published gpt-oss DFlash drafts: a Qwen3 stack, head_dim 64, non-causal, no 
   proposed draft row and the spec-decode counters are equal.  In bf16 the two kernels round
   attention differently (CPU_ATTN's bf16 dots, the interpreter's fp32 ones), and a near tie goes
   either way (prompt 0's third token: logits 7.134 / 7.105 in float32; the plugin keeps the float32
-  choice, CPU_ATTN takes the other), so there only each prompt's first two tokens are compared:
-  dropping the sinks changes prompt 0's first and prompt 3's second.
+  choice, CPU_ATTN takes the other), so there only each prompt's first two tokens are compared
+  (dropping the sinks changes prompt 0's first and prompt 3's second), and the draft tokens
+  proposed on equal contexts are equal but where two draft logits tie (draft_rows.py).
 * The float32 outputs equal Hugging Face's eager gpt-oss (sinks, window by ``layer_types``), and
   the same model with its sinks at -inf decodes other tokens: the runs above are sink-sensitive.
 """
 
 import pytest
 
+from tests.e2e_vllm_cpu import draft_rows
 from tests.e2e_vllm_cpu import tiny_checkpoints as tc
 
 PLUGIN_IMPL = "dflash_rocm_plugin.vllm.impl.RocmDFlashImpl"
@@ -63,6 +65,13 @@ def test_bf16_speculation_is_lossless(engine_runs):
 def test_bf16_first_tokens_equal_cpu_attn(engine_runs):
     ours, theirs = engine_runs.get("plugin_gptoss_plain")["outputs"], engine_runs.get("cpu_attn_gptoss_plain")["outputs"]
     assert [o[:BF16_SAME_PREFIX] for o in ours] == [o[:BF16_SAME_PREFIX] for o in theirs]
+
+
+def test_bf16_drafts_equal_cpu_attn_drafts_but_ties(engine_runs):
+    ours, theirs = engine_runs.get("plugin_gptoss_dflash"), engine_runs.get("cpu_attn_gptoss_dflash")
+    rows = draft_rows.compare(ours, theirs, draft_rows.BF16_TIE)
+    assert rows["compared"] > 0
+    assert not rows["far"], f"draft tokens that differ beyond a bf16 tie: {rows['far']} (ties: {rows['ties']})"
 
 
 def test_fp32_drafts_equal_cpu_attn_drafts(engine_runs):
