@@ -13,6 +13,7 @@ from dflash_rocm_plugin.sglang.fixes import (
     dsv4_draft_step_cache_loc,
     dsv4_eager_verify,
     k_rope,
+    model_backends,
     qwen3_capture,
     triton_custom_mask,
 )
@@ -51,6 +52,14 @@ FIXES = (
         dsv4_draft_step_cache_loc.FIX_ID, "sglang",
         "DeepSeek-V4 HIP radix multi-step draft: each step bakes its own out_cache_loc slice",
         _DSV4_UPSTREAM, dsv4_draft_step_cache_loc.probe, dsv4_draft_step_cache_loc.patch),
+    hostfix.Fix(
+        model_backends.FIX_ID, "sglang",
+        "gpt-oss and Gemma-4 server-argument checks accept rocm_dflash",
+        "not upstream: SGLang's fixed GptOssForCausalLM / Gemma4 attention-backend lists "
+        "(0.5.11-0.5.23) take no plugin backend",
+        model_backends.probe, model_backends.patch,
+        tuple(f"patches/sglang/{v}/0002-gpt-oss-gemma4-accept-rocm_dflash.diff"
+              for v in ("0.5.11", "0.5.12", "0.5.13.post1", "0.5.14", "0.5.18", "0.5.23"))),
 )
 DEEPSEEK_V4_FIXES = tuple(f for f in FIXES if f.id.startswith("sglang-dsv4-"))
 

@@ -90,6 +90,7 @@ def engine_env(plugin: bool) -> dict:
 WINDOW_RUN = ["--num-spec", str(tiny_checkpoints.WINDOW_DRAFT_BLOCK - 1)]
 FP8_RUN = ["--kv-cache-dtype", "fp8"]
 HYBRID_RUN = ["--dtype", "bfloat16", "--no-prefix-caching"]
+GPTOSS_BF16 = ["--dtype", "bfloat16"]
 
 # name -> (plugin backend in the CPU_ATTN slot?, draft checkpoint or None for no speculation,
 #          extra environment, [target checkpoint, engine_run arguments])
@@ -114,6 +115,16 @@ VARIANTS = {
     "plugin_fp8_plain": (True, None, {}, "target", FP8_RUN),
     "plugin_fp8_dflash": (True, "draft", {}, "target", FP8_RUN + ["--draft-kv-cache-dtype", "auto"]),
     "plugin_fp8_dflash_fp8_draft": (True, "draft", {}, "target", FP8_RUN),
+    # gpt-oss (sinks on every layer, window 8 on layer 0) with its DFlash draft: in bf16, the
+    # engine's dtype for it; and in float32 from the same bf16 checkpoint, where the drafts of
+    # the plugin and CPU_ATTN can be compared token for token (in bf16 the two kernels round
+    # attention differently).
+    "cpu_attn_gptoss_plain": (False, None, {}, "gptoss_target", GPTOSS_BF16),
+    "plugin_gptoss_plain": (True, None, {}, "gptoss_target", GPTOSS_BF16),
+    "plugin_gptoss_dflash": (True, "gptoss_draft", {}, "gptoss_target", GPTOSS_BF16),
+    "cpu_attn_gptoss_dflash": (False, "gptoss_draft", {}, "gptoss_target", GPTOSS_BF16),
+    "plugin_gptoss_dflash_fp32": (True, "gptoss_draft", {}, "gptoss_target", []),
+    "cpu_attn_gptoss_dflash_fp32": (False, "gptoss_draft", {}, "gptoss_target", []),
 }
 MAX_TOKENS = 8  # the Triton interpreter costs about 1 s per engine step at this size
 
@@ -147,17 +158,29 @@ def needs_bf16(name: str) -> bool:
 
 class EngineRuns:
     """Every variant runs once, in its own process, started together at session start
-    (two at a time: each run is mostly one busy thread).  ``get`` waits for one."""
+    (two at a time: each run is mostly one busy thread).  ``get`` waits for one.
+    ``DFLASH_E2E_RUNS=name,name`` starts only those at session start (a targeted run); any
+    other variant a test asks for starts then."""
 
-    def __init__(self, checkpoints: dict, workdir: Path, jobs: int):
+    def __init__(self, checkpoints: dict, workdir: Path, jobs: int, only: str | None = None):
         self.checkpoints = checkpoints
         self.workdir = workdir
         self.bf16_problem = bf16_interpreter_problem()
         self._pool = ThreadPoolExecutor(max_workers=jobs)
-        self._futures = {name: self._pool.submit(self._run, name) for name in VARIANTS
-                         if not (needs_bf16(name) and self.bf16_problem)}
+        first = [n.strip() for n in only.split(",")] if only else list(VARIANTS)
+        unknown = set(first) - set(VARIANTS)
+        if unknown:
+            raise ValueError(f"DFLASH_E2E_RUNS names unknown engine runs {sorted(unknown)}; known: {sorted(VARIANTS)}")
+        self._futures = {}
+        for name in first:
+            self._start(name)
+
+    def _start(self, name: str) -> None:
+        if name not in self._futures and not (needs_bf16(name) and self.bf16_problem):
+            self._futures[name] = self._pool.submit(self._run, name)
 
     def get(self, name: str) -> dict:
+        self._start(name)
         if name not in self._futures:
             pytest.skip(f"engine run {name} not started: {self.bf16_problem}")
         return self._futures[name].result()
@@ -196,7 +219,7 @@ class EngineRunFailed(AssertionError):
 @pytest.fixture(scope="session")
 def engine_runs(checkpoints, tmp_path_factory):
     jobs = int(os.environ.get("DFLASH_E2E_JOBS", "2"))
-    runs = EngineRuns(checkpoints, tmp_path_factory.mktemp("engine_runs"), jobs)
+    runs = EngineRuns(checkpoints, tmp_path_factory.mktemp("engine_runs"), jobs, os.environ.get("DFLASH_E2E_RUNS"))
     _SESSION_RUNS.append(runs)
     yield runs
     runs.close()

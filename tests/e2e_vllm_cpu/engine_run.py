@@ -8,9 +8,12 @@ slot; without it vLLM's own CPU_ATTN runs.  Everything runs in this process (V1 
 no engine-core subprocess) so the probes below see every call:
 
 * ``drafts``: the token ids ``DFlashProposer.propose`` returned, call by call;
+  ``draft_margins``: for each of those tokens, its logit's lead over the runner-up;
 * ``impl_calls``: attention-impl ``forward`` calls per impl class, split causal / non-causal,
   with the layer names that made them; ``kv_updates``: ``do_kv_cache_update`` calls per layer;
 * ``ops_calls``: ``dflash_rocm_plugin.ops.paged_attention`` calls by ``causal`` flag;
+  ``ops_sinks``: those that passed ``sinks`` (and with a sliding window), and each distinct
+  sinks vector they passed;
 * ``metrics``: the engine's spec-decode counters; ``outputs``: greedy token ids per prompt.
 """
 
@@ -102,11 +105,23 @@ def install_probes(rec: dict) -> None:
     except ImportError:
         return
     ops_calls = rec["ops_calls"] = {"causal": 0, "non_causal": 0, "write_kv_cache": 0}
+    sinks_seen = rec["ops_sinks"] = {"calls": 0, "windowed_calls": 0, "values": []}
 
     def count(name):
         ops_calls[name] += 1
 
-    _wrap(ops, "paged_attention", lambda a, k, r: count("causal" if k["causal"] else "non_causal"))
+    def on_attention(args, kwargs, result):
+        count("causal" if kwargs["causal"] else "non_causal")
+        sinks = kwargs.get("sinks")
+        if sinks is None:
+            return
+        sinks_seen["calls"] += 1
+        sinks_seen["windowed_calls"] += kwargs.get("sliding_window") is not None
+        values = sinks.float().tolist()
+        if values not in sinks_seen["values"]:
+            sinks_seen["values"].append(values)
+
+    _wrap(ops, "paged_attention", on_attention)
     _wrap(ops, "write_kv_cache", lambda a, k, r: count("write_kv_cache"))
 
 
@@ -114,12 +129,20 @@ def install_draft_probe(rec: dict) -> None:
     from vllm.v1.spec_decode.dflash import DFlashProposer
 
     drafts = rec["drafts"] = []
+    margins = rec["draft_margins"] = []
 
     def on_propose(args, kwargs, result):
         ids = result[0] if isinstance(result, tuple) else result
         drafts.append(ids.tolist())
 
+    def on_greedy(args, kwargs, result):
+        # how far each draft token's logit is ahead of the runner-up (row-major, like drafts)
+        proposer, hidden = args[0], kwargs.get("hidden_states", args[1] if len(args) > 1 else None)
+        top2 = proposer.model.compute_logits(hidden).float().topk(2, dim=-1).values
+        margins.append((top2[:, 0] - top2[:, 1]).tolist())
+
     _wrap(DFlashProposer, "propose", on_propose)
+    _wrap(DFlashProposer, "_greedy_sample", on_greedy)
 
 
 def spec_metrics(llm) -> dict:

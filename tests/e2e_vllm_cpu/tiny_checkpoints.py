@@ -2,6 +2,8 @@
 
 * target: a Hugging Face Qwen3 directory (``save_pretrained``, float32) with a WordLevel tokenizer.
 * hybrid target: a Qwen3-Next-shaped GDN hybrid (``save_pretrained``, bfloat16), same tokenizer.
+* gpt-oss target: a ``GptOssForCausalLM`` (``save_pretrained``, bfloat16): attention sinks, sliding
+  window on the even layers, head_dim 64, a few experts; and its DFlash draft (head_dim 64).
 * draft: a DFlash draft directory: ``config.json`` (``architectures: [DFlashDraftModel]``,
   ``block_size``, ``dflash_config.{mask_token_id,target_layer_ids}``) and ``model.safetensors``
   with ``fc``, ``hidden_norm``, ``layers.N...`` and ``norm`` (no embedding / lm_head: vLLM
@@ -65,7 +67,45 @@ def write_hybrid_target(path: Path, seed: int = 0) -> str:
     return _save(Qwen3NextForCausalLM(config), path, torch.bfloat16, seed)
 
 
-def _save(model, path: Path, dtype, seed: int) -> str:
+# gpt-oss: two layers (vLLM slides the even ones; HF/SGLang read the default alternating
+# layer_types, which say the same), head_dim 64, 4 q / 2 kv heads, 4 experts top-2 (x86 CPU
+# experts: sizes multiples of 32), YaRN rope with every field vLLM reads.  Sinks ~ N(0, 2): large
+# enough that dropping them changes the greedy tokens (the window of 8 is outgrown by every prompt
+# but the first).
+GPTOSS_LAYERS, GPTOSS_HEAD_DIM, GPTOSS_WINDOW = 2, 64, 8
+GPTOSS_SINK_STD = 2.0
+
+
+def write_gptoss_target(path: Path, seed: int = 0) -> str:
+    import torch
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    config = GptOssConfig(
+        num_hidden_layers=GPTOSS_LAYERS, num_local_experts=4, num_experts_per_tok=2, vocab_size=VOCAB,
+        hidden_size=HIDDEN, intermediate_size=HIDDEN, head_dim=GPTOSS_HEAD_DIM, num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS, sliding_window=GPTOSS_WINDOW, max_position_embeddings=2048,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 2048})
+    assert config.layer_types == ["sliding_attention", "full_attention"]
+    torch.manual_seed(seed)  # the biases keep their initial draws
+    model = GptOssForCausalLM(config)
+    sinks = [torch.randn(HEADS) * GPTOSS_SINK_STD for _ in range(GPTOSS_LAYERS)]
+    return _save(model, path, torch.bfloat16, seed, after=lambda m: [
+        layer.self_attn.sinks.copy_(s) for layer, s in zip(m.model.layers, sinks)])
+
+
+def gptoss_sinks(path: str) -> list[list[float]]:
+    """The sink logits each target layer holds on disk (as the engine loads them)."""
+    from safetensors.torch import load_file
+
+    weights = {}
+    for f in sorted(Path(path).glob("*.safetensors")):
+        weights.update(load_file(str(f)))
+    return [weights[f"model.layers.{i}.self_attn.sinks"].float().tolist() for i in range(GPTOSS_LAYERS)]
+
+
+def _save(model, path: Path, dtype, seed: int, after=None) -> str:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -76,6 +116,8 @@ def _save(model, path: Path, dtype, seed: int) -> str:
         for name, p in model.named_parameters():
             if p.dim() >= 2:  # matrices and embeddings; norms stay at 1
                 p.normal_(0.0, STD)
+        if after is not None:
+            after(model)
     model.save_pretrained(path, safe_serialization=True)
 
     vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, VOCAB)}}
@@ -95,6 +137,18 @@ def draft_config(causal: bool = False) -> dict:
             "dflash_config": dflash, "torch_dtype": "float32"}
 
 
+GPTOSS_TARGET_LAYER_IDS = [0, 1]
+
+
+def gptoss_draft_config() -> dict:
+    """A DFlash draft for the gpt-oss target, shaped like the published ones: a Qwen3 stack with
+    the target's head_dim, non-causal full attention, no sinks."""
+    cfg = draft_config()
+    cfg.update(head_dim=GPTOSS_HEAD_DIM, num_target_layers=GPTOSS_LAYERS,
+               dflash_config={"mask_token_id": MASK_TOKEN_ID, "target_layer_ids": GPTOSS_TARGET_LAYER_IDS})
+    return cfg
+
+
 def window_draft_config(window: int, block: int) -> dict:
     """A DFlash2-shaped draft: every layer ``sliding_attention`` over ``window`` keys, non-causal
     within its block (HF-format sliding layers default to causal in vLLM: ``causal: false`` says
@@ -106,7 +160,7 @@ def window_draft_config(window: int, block: int) -> dict:
     return cfg
 
 
-def draft_weights(seed: int = 1) -> dict:
+def draft_weights(seed: int = 1, head_dim: int = HEAD_DIM, num_ids: int = len(TARGET_LAYER_IDS)) -> dict:
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -115,14 +169,14 @@ def draft_weights(seed: int = 1) -> dict:
         return torch.randn(rows, cols, generator=g) * STD
 
     ones = torch.ones
-    q, kv, ffn = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, 2 * HIDDEN
-    w = {"fc.weight": mat(HIDDEN, HIDDEN * len(TARGET_LAYER_IDS)),
+    q, kv, ffn = HEADS * head_dim, KV_HEADS * head_dim, 2 * HIDDEN
+    w = {"fc.weight": mat(HIDDEN, HIDDEN * num_ids),
          "hidden_norm.weight": ones(HIDDEN), "norm.weight": ones(HIDDEN)}
     p = "layers.0."
     w.update({
         p + "self_attn.q_proj.weight": mat(q, HIDDEN), p + "self_attn.k_proj.weight": mat(kv, HIDDEN),
         p + "self_attn.v_proj.weight": mat(kv, HIDDEN), p + "self_attn.o_proj.weight": mat(HIDDEN, q),
-        p + "self_attn.q_norm.weight": ones(HEAD_DIM), p + "self_attn.k_norm.weight": ones(HEAD_DIM),
+        p + "self_attn.q_norm.weight": ones(head_dim), p + "self_attn.k_norm.weight": ones(head_dim),
         p + "mlp.gate_proj.weight": mat(ffn, HIDDEN), p + "mlp.up_proj.weight": mat(ffn, HIDDEN),
         p + "mlp.down_proj.weight": mat(HIDDEN, ffn),
         p + "input_layernorm.weight": ones(HIDDEN), p + "post_attention_layernorm.weight": ones(HIDDEN),
@@ -134,8 +188,10 @@ def write_draft(path: Path, causal: bool = False, config: dict | None = None) ->
     from safetensors.torch import save_file
 
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(config or draft_config(causal), indent=1))
-    save_file(draft_weights(), str(path / "model.safetensors"))
+    config = config or draft_config(causal)
+    (path / "config.json").write_text(json.dumps(config, indent=1))
+    save_file(draft_weights(head_dim=config["head_dim"], num_ids=len(config["dflash_config"]["target_layer_ids"])),
+              str(path / "model.safetensors"))
     return str(path)
 
 
@@ -145,12 +201,14 @@ WINDOW_DRAFT_BLOCK, WINDOW = 8, 16  # DFlash2's block 8; a window shorter than t
 def write_all(root: Path) -> dict:
     """Checkpoint directories under ``root`` (every draft has the same weights): the Qwen3
     ``target``, the ``hybrid_target``, the ``draft``, its causal variant ``draft_causal`` and the
-    DFlash2-shaped ``draft_window``."""
+    DFlash2-shaped ``draft_window``, the ``gptoss_target`` and its ``gptoss_draft``."""
     return {"target": write_target(root / "target"), "draft": write_draft(root / "draft"),
             "draft_causal": write_draft(root / "draft_causal", causal=True),
             "draft_window": write_draft(root / "draft_window",
                                         config=window_draft_config(WINDOW, WINDOW_DRAFT_BLOCK)),
-            "hybrid_target": write_hybrid_target(root / "hybrid_target")}
+            "hybrid_target": write_hybrid_target(root / "hybrid_target"),
+            "gptoss_target": write_gptoss_target(root / "gptoss_target"),
+            "gptoss_draft": write_draft(root / "gptoss_draft", config=gptoss_draft_config())}
 
 
 if __name__ == "__main__":
