@@ -7,9 +7,14 @@ after running its own plugin loading, the outcome of every host fix each adapter
 (``<adapter>.host_fixes.FIXES``), which kernel backend the ops layer will use for each op, and
 which tuned launch files (``dflash-rocm tune``) are in force for the GPU's architecture.
 
+Also shown: the plugin's switches (``DFLASH_ROCM_DISABLE``, ``DFLASH_ROCM_ALLOW_UNTESTED_HOST``) and
+each host's plugin allow-list (``VLLM_PLUGINS``, ``SGLANG_PLUGINS``) as the host reads it.
+
 Exit status: 1 when the kernels cannot run (no importable ``triton``, or one too old) or when a
-host in the plugin's supported range is installed but ``rocm_dflash`` is not registered after its
-plugin loading; 0 otherwise.
+host the plugin is meant to register with (one in the supported range, or any version under
+``DFLASH_ROCM_ALLOW_UNTESTED_HOST=1``) is installed but ``rocm_dflash`` is not registered after its
+plugin loading -- the off switch and an allow-list without the plugin included, each named; 0
+otherwise.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ import contextlib
 import io
 import json
 import logging
+import os
 import re
 import sys
 from importlib import metadata
 
-from dflash_rocm_plugin import BACKEND_NAME, __version__, hostfix
+from dflash_rocm_plugin import BACKEND_NAME, __version__, hostfix, switches
 
 DIST = "dflash-rocm-plugin"
 PACKAGES = (("torch", ("torch",)), ("triton", ("triton", "pytorch-triton-rocm")),
@@ -135,16 +141,48 @@ def entry_point_visible(host: str) -> bool:
     return any(ep.value.startswith("dflash_rocm_plugin") for ep in eps)
 
 
+def _adapter(host: str):
+    from importlib import import_module
+    return import_module(f"dflash_rocm_plugin.{host}")
+
+
 def _registration_check(host: str):
     """The adapter's own check that its host knows ``rocm_dflash`` after the host's plugin loading."""
-    from importlib import import_module
-    return import_module(f"dflash_rocm_plugin.{host}").check_registered
+    return _adapter(host).check_registered
+
+
+def allow_list_report(host: str) -> dict:
+    """The host's plugin allow-list as the host reads it, and whether it lets the plugin load."""
+    variable = switches.ALLOW_LISTS[host]
+    report = {"variable": variable, "value": os.environ.get(variable), "problem": None}
+    try:
+        report["problem"] = switches.allow_list_problem(host, _adapter(host).allow_list())
+    except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
+        report["problem"] = f"could not read {variable} as {host} does: {exc!r}"
+    return report
+
+
+def why_not_registered(host: str, report: dict) -> str | None:
+    """The plugin's own reason for an absent registration (a switch, an allow-list, the version gate)."""
+    if switches.disabled():
+        return f"{switches.DISABLE}=1 turns the plugin off"
+    if report["allow_list"]["problem"]:
+        return report["allow_list"]["problem"]
+    if not report["supported"] and not report["untested_host_allowed"]:
+        return (f"{host} {report['version']} is outside the supported range {report['supported_range']} "
+                f"({switches.ALLOW_UNTESTED_HOST}=1 registers it anyway)")
+    return None
 
 
 def host_report(host: str, version: str | None, supported: str | None) -> dict:
     report = {"installed": version is not None, "version": version, "supported_range": supported,
-              "supported": in_range(version, supported), "entry_point": entry_point_visible(host),
+              "supported": in_range(version, supported),
+              "untested_host_allowed": switches.untested_host_allowed(),
+              "entry_point": entry_point_visible(host), "allow_list": allow_list_report(host),
               "registered": None, "detail": None, "fixes": []}
+    # Registration is expected wherever the plugin is meant to register: a supported version, or any
+    # version under the opt-in.
+    report["expected"] = version is not None and (report["supported"] or report["untested_host_allowed"])
     if version is None:
         report["detail"] = "not installed"
         return report
@@ -155,6 +193,10 @@ def host_report(host: str, version: str | None, supported: str | None) -> dict:
             report["registered"], report["detail"] = _registration_check(host)()
     except Exception as exc:  # noqa: BLE001
         report["registered"], report["detail"] = False, f"plugin loading failed: {exc!r}"
+    if not report["registered"]:
+        reason = why_not_registered(host, report)
+        if reason:
+            report["detail"] = f"{reason} ({report['detail']})"
     seen = {s.id: s for s in hostfix.statuses(host)}
     for fix in declared_fixes(host):
         status = seen.get(fix.id)
@@ -176,12 +218,29 @@ def collect(hosts=("vllm", "sglang")) -> dict:
     ranges = supported_ranges()
     report = {"plugin": __version__, **platform_info(), "versions": versions,
               "triton": triton_report(), "kernel_path": kernel_path(), "tuned_launches": tuned_launches(),
+              "switches": switches.state(),
               "hosts": {}}
     for host in hosts:
         report["hosts"][host] = host_report(host, versions[host], ranges.get(host))
     report["ok"] = report["triton"]["usable"] and not any(
-        h["installed"] and h["supported"] and not h["registered"] for h in report["hosts"].values())
+        h["expected"] and not h["registered"] for h in report["hosts"].values())
     return report
+
+
+def _switch_line(state: dict) -> str:
+    parts = []
+    for name, sw in state.items():
+        text = f"{name}={sw['value']}" if sw["value"] is not None else f"{name} unset"
+        parts.append(f"{text} ({'ON' if sw['on'] else 'off'})" + (f" - {sw['problem']}" if sw["problem"] else ""))
+    return "switches: " + "; ".join(parts)
+
+
+def _allow_list_line(a: dict) -> str:
+    if a["problem"]:
+        return f"  allow-list: {a['problem']}"
+    if a["value"] is None:
+        return f"  allow-list: {a['variable']} unset (every plugin loads)"
+    return f"  allow-list: {a['variable']}={a['value']!r} lists {switches.ENTRY_POINT}"
 
 
 def _kernel_line(path) -> str:
@@ -202,15 +261,19 @@ def render(report: dict) -> str:
              "triton: " + ("usable" if report["triton"]["usable"]
                            else f"CANNOT RUN THE KERNELS - {report['triton']['problem']}"),
              f"kernel path: {_kernel_line(report['kernel_path'])}",
-             f"tuned launches: {_tuned_line(report['tuned_launches'])}"]
+             f"tuned launches: {_tuned_line(report['tuned_launches'])}",
+             _switch_line(report["switches"])]
     for host, h in report["hosts"].items():
         if not h["installed"]:
             lines.append(f"{host}: not installed")
             continue
         support = "supported" if h["supported"] else f"outside the supported range {h['supported_range']}"
+        if not h["supported"] and h["untested_host_allowed"]:
+            support += f"; UNTESTED, registered anyway: {switches.ALLOW_UNTESTED_HOST}=1"
         lines.append(f"{host} {h['version']} ({support})")
         lines.append(f"  entry point: {'visible' if h['entry_point'] else 'NOT visible'} "
                      f"({ENTRY_GROUPS[host]})")
+        lines.append(_allow_list_line(h["allow_list"]))
         lines.append(f"  {BACKEND_NAME}: {'registered' if h['registered'] else 'NOT registered'} - {h['detail']}")
         for fix in h["fixes"]:
             lines.append(f"  fix {fix['id']}: {fix['status']} - {fix['reason']}")
@@ -218,6 +281,8 @@ def render(report: dict) -> str:
         lines.append("status: OK")
     elif not report["triton"]["usable"]:
         lines.append("status: FAILED - the kernels cannot run: no usable triton (see above)")
+    elif report["switches"][switches.DISABLE]["on"]:
+        lines.append(f"status: OFF - {switches.DISABLE}=1: the plugin registers nothing")
     else:
         lines.append(f"status: FAILED - a supported host is installed but {BACKEND_NAME} is not registered")
     return "\n".join(lines)

@@ -9,8 +9,9 @@ DFLASH draft.  Nothing here imports sglang until ``register()`` runs.
 from dflash_rocm_plugin.sglang.registration import (
     BACKEND_CLASS_NAME,
     SUPPORTED_RANGE,
+    allow_list,
     check_registered,
     register,
 )
 
-__all__ = ["register", "check_registered", "SUPPORTED_RANGE", "BACKEND_CLASS_NAME"]
+__all__ = ["register", "check_registered", "allow_list", "SUPPORTED_RANGE", "BACKEND_CLASS_NAME"]

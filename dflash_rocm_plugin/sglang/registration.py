@@ -9,10 +9,11 @@ swallows exceptions, so a failure here would only surface later as
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 
-from dflash_rocm_plugin import BACKEND_NAME
+from dflash_rocm_plugin import BACKEND_NAME, switches
 
 logger = logging.getLogger("dflash_rocm_plugin.sglang")
 
@@ -56,12 +57,23 @@ def supported_ranges_text() -> str:
 def register() -> None:
     """The ``sglang.srt.plugins`` entry point.  Never raises."""
     try:
+        switches.warn_misread(logger, "sglang")
+        if switches.disabled():
+            switches.log_once(logger, "sglang", switches.disabled_message("sglang"))
+            return
+    except Exception:  # noqa: BLE001 - never raise into the host
+        logger.exception("dflash_rocm_plugin: reading the plugin's switches failed")
+        return
+    try:
         version = installed_sglang_version()
-        if not version_supported(version):
-            logger.warning(
-                "dflash_rocm_plugin: sglang %s is outside the supported ranges %s; "
-                "the '%s' attention backend is not registered", version, supported_ranges_text(), BACKEND_NAME)
+        supported = version_supported(version)
+        if not supported and not switches.untested_host_allowed():
+            switches.log_once(logger, "sglang",
+                              switches.refused_host_message("sglang", version, supported_ranges_text()))
         else:
+            if not supported:
+                switches.log_once(logger, "sglang",
+                                  switches.untested_host_message("sglang", version, supported_ranges_text()))
             _register_backend()
             _register_choices()
             _warn_if_kernels_cannot_run()
@@ -150,6 +162,13 @@ def allow_verify_without_custom_mask() -> None:
     names = dflash_utils._DFLASH_VERIFY_SKIP_CUSTOM_MASK_BACKENDS
     if BACKEND_CLASS_NAME not in names:
         dflash_utils._DFLASH_VERIFY_SKIP_CUSTOM_MASK_BACKENDS = frozenset(names | {BACKEND_CLASS_NAME})
+
+
+def allow_list() -> set[str] | None:
+    """``SGLANG_PLUGINS`` as SGLang's plugin loader reads it (``load_plugins_by_group``): the names it
+    loads, None when unset or empty (all)."""
+    value = os.environ.get(switches.ALLOW_LISTS["sglang"], "")
+    return {name.strip() for name in value.split(",") if name.strip()} if value else None
 
 
 def check_registered() -> tuple[bool, str]:

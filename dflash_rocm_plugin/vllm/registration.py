@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 
+from dflash_rocm_plugin import switches
 from dflash_rocm_plugin.vllm.names import BACKEND_ENUM_NAME, BACKEND_PATH
 
 logger = logging.getLogger("dflash_rocm_plugin.vllm")
@@ -47,18 +48,24 @@ def register() -> None:
     if _registered:
         return
     try:
+        switches.warn_misread(logger, "vllm")
+        if switches.disabled():
+            switches.log_once(logger, "vllm", switches.disabled_message("vllm"))
+            _registered = True
+            return
         version = host_version()
         if not version_supported(version):
-            logger.warning(
-                "dflash_rocm_plugin: vLLM %s is outside the supported range %s; the rocm_dflash "
-                "attention backend is NOT registered", version, SUPPORTED_RANGE)
-            _registered = True
-            # The host fixes repair vLLM's own ROCm backends, which older releases need most.
-            _run_optional("host_fixes", "apply")
-            return
+            if not switches.untested_host_allowed():
+                switches.log_once(logger, "vllm", switches.refused_host_message("vllm", version, SUPPORTED_RANGE))
+                _registered = True
+                # The host fixes repair vLLM's own ROCm backends, which older releases need most.
+                _run_optional("host_fixes", "apply")
+                return
+            switches.log_once(logger, "vllm", switches.untested_host_message("vllm", version, SUPPORTED_RANGE))
         _register_backend()
-        from dflash_rocm_plugin.vllm import draft_backend
+        from dflash_rocm_plugin.vllm import draft_backend, selection_check
         draft_backend.install()
+        selection_check.install()
     except Exception as exc:  # vLLM does not catch exceptions raised by general plugins
         logger.warning("dflash_rocm_plugin: registering rocm_dflash with vLLM failed: %r", exc)
         return
@@ -112,6 +119,12 @@ def _register_backend() -> None:
         f"cannot register rocm_dflash: the name {BACKEND_ENUM_NAME} is taken by {existing!r} and the "
         f"CUSTOM slot by {custom.get_path() if custom.is_overridden() else None!r}")
 
+
+
+def allow_list() -> list[str] | None:
+    """``VLLM_PLUGINS`` as vLLM's plugin loader reads it: the names it loads, None when unset (all)."""
+    import vllm.envs as envs
+    return envs.VLLM_PLUGINS
 
 
 def check_registered() -> tuple[bool, str]:

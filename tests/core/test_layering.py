@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PKG = "dflash_rocm_plugin"
 HOSTS = ("vllm", "sglang")
-LOWER = ("kernels", "ops", "hostfix")
+LOWER = ("kernels", "ops", "hostfix", "switches")
 UPPER = ("vllm", "sglang", "demo", "bench", "tune", "doctor", "cli")
 
 

@@ -11,6 +11,7 @@ engine is installed is a test failure.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -25,6 +26,7 @@ import pytest
 from tests.e2e_vllm_cpu import tiny_checkpoints
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+TEST_PLUGIN_DIR = Path(__file__).resolve().parent / "cpu_engine_plugin"
 ENGINE_TIMEOUT_S = 900  # generous: shared machines are slow; a healthy run takes ~45 s of CPU
 PLUGIN_PLAIN_LAYOUT = "BHLNC"
 
@@ -64,6 +66,42 @@ def checkpoints(tmp_path_factory) -> dict:
     return tiny_checkpoints.write_all(tmp_path_factory.mktemp("checkpoints"))
 
 
+# What the distilled pair is made from: a change to any of these distills it again.
+DISTILLED_SOURCES = [Path(tiny_checkpoints.__file__)] + [
+    REPO_ROOT / "dflash_rocm_plugin" / "demo" / f"{m}.py" for m in ("tiny", "draft", "model", "layers", "config",
+                                                                   "checkpoint")]
+
+
+@pytest.fixture(scope="session")
+def distilled_checkpoints() -> dict:
+    """``{"target_distilled", "draft_distilled"}``: the demo's tiny target and a draft distilled from it.
+
+    Distilling takes minutes on 2 cores, so the pair is kept, keyed by a hash of its sources and the
+    torch version, under ``$DFLASH_E2E_CACHE`` (default: this environment's ``dflash-e2e-cache``),
+    written next to it first and renamed into place (readers never see a half-written pair)."""
+    import hashlib
+    import shutil
+
+    import torch
+
+    digest = hashlib.sha256(torch.__version__.encode())
+    for source in DISTILLED_SOURCES:
+        digest.update(source.read_bytes())
+    root = Path(os.environ.get("DFLASH_E2E_CACHE", Path(sys.prefix) / "dflash-e2e-cache"))
+    cached = root / f"distilled-{digest.hexdigest()[:16]}"
+    names = ("target_distilled", "draft_distilled")
+    if not cached.is_dir():
+        root.mkdir(parents=True, exist_ok=True)
+        staging = root / f".staging-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        tiny_checkpoints.write_distilled(staging)
+        try:
+            staging.rename(cached)
+        except OSError:  # another session got there first
+            shutil.rmtree(staging, ignore_errors=True)
+    return {n: str(cached / n) for n in names}
+
+
 def engine_env(plugin: bool) -> dict:
     env = dict(os.environ)
     env.update({
@@ -77,7 +115,8 @@ def engine_env(plugin: bool) -> dict:
         # vLLM caches model-class inspection (a ~15 s subprocess per class) under one file name
         # per class for every vLLM version; a cache of this environment's own stays warm.
         "VLLM_CACHE_ROOT": os.path.join(sys.prefix, "vllm-cache"),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])),
+        # This tree's plugin and test plugin, whatever the environment's editable installs point at.
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), str(TEST_PLUGIN_DIR), env.get("PYTHONPATH")])),
     })
     env.pop("VLLM_PLUGINS", None)  # the plugin must load through its entry point
     env.pop("VLLM_KV_CACHE_LAYOUT", None)
@@ -87,44 +126,56 @@ def engine_env(plugin: bool) -> dict:
     return env
 
 
-WINDOW_RUN = ["--num-spec", str(tiny_checkpoints.WINDOW_DRAFT_BLOCK - 1)]
-FP8_RUN = ["--kv-cache-dtype", "fp8"]
-HYBRID_RUN = ["--dtype", "bfloat16", "--no-prefix-caching"]
-GPTOSS_BF16 = ["--dtype", "bfloat16"]
+WINDOW_RUN = ("--num-spec", str(tiny_checkpoints.WINDOW_DRAFT_BLOCK - 1))
+FP8_RUN = ("--kv-cache-dtype", "fp8")
+HYBRID_RUN = ("--dtype", "bfloat16", "--no-prefix-caching")
+GPTOSS_BF16 = ("--dtype", "bfloat16")
 
-# name -> (plugin backend in the CPU_ATTN slot?, draft checkpoint or None for no speculation,
-#          extra environment, [target checkpoint, engine_run arguments])
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One engine run: the plugin in the CPU_ATTN slot or not, which checkpoints, what else."""
+
+    plugin: bool
+    draft: str | None = None                 # checkpoints key; None: no speculation
+    target: str = "target"                   # checkpoints key
+    env: tuple = ()                          # (name, value) pairs
+    args: tuple = ()                         # extra engine_run.py arguments
+    requests: list | None = None             # waves of {prompt, max_tokens}; None: PROMPTS
+
+
+# name -> run
 VARIANTS = {
-    "cpu_attn_plain": (False, None, {}),
-    "cpu_attn_dflash": (False, "draft", {}),
-    "cpu_attn_dflash_causal_draft": (False, "draft_causal", {}),
+    "cpu_attn_plain": Run(False),
+    "cpu_attn_dflash": Run(False, "draft"),
+    "cpu_attn_dflash_causal_draft": Run(False, "draft_causal"),
     # CPU_ATTN only takes LBHNC; the plugin takes any layout, so its plain run uses the one
     # farthest from it (block-major, heads outside layers): the kernels must follow strides.
-    "plugin_plain": (True, None, {"VLLM_KV_CACHE_LAYOUT": PLUGIN_PLAIN_LAYOUT}),
-    "plugin_dflash": (True, "draft", {}),
+    "plugin_plain": Run(True, env=(("VLLM_KV_CACHE_LAYOUT", PLUGIN_PLAIN_LAYOUT),)),
+    "plugin_dflash": Run(True, "draft"),
     # A DFlash2-shaped draft (every layer sliding window 16, block 8) on the dense target.
-    "cpu_attn_window_dflash": (False, "draft_window", {}, "target", WINDOW_RUN),
-    "plugin_window_dflash": (True, "draft_window", {}, "target", WINDOW_RUN),
-    "cpu_attn_dflash_block8": (False, "draft", {}, "target", WINDOW_RUN),  # the same draft, no window
+    "cpu_attn_window_dflash": Run(False, "draft_window", args=WINDOW_RUN),
+    "plugin_window_dflash": Run(True, "draft_window", args=WINDOW_RUN),
+    "cpu_attn_dflash_block8": Run(False, "draft", args=WINDOW_RUN),  # the same draft, no window
     # The GDN hybrid target (bf16: vllm-cpu's GDN runs nothing else) with the DFlash2-shaped draft.
-    "cpu_attn_hybrid_plain": (False, None, {}, "hybrid_target", HYBRID_RUN),
-    "cpu_attn_hybrid_window_dflash": (False, "draft_window", {}, "hybrid_target", HYBRID_RUN + WINDOW_RUN),
-    "plugin_hybrid_plain": (True, None, {}, "hybrid_target", HYBRID_RUN),
-    "plugin_hybrid_window_dflash": (True, "draft_window", {}, "hybrid_target", HYBRID_RUN + WINDOW_RUN),
+    "cpu_attn_hybrid_plain": Run(False, target="hybrid_target", args=HYBRID_RUN),
+    "cpu_attn_hybrid_window_dflash": Run(False, "draft_window", "hybrid_target", args=HYBRID_RUN + WINDOW_RUN),
+    "plugin_hybrid_plain": Run(True, target="hybrid_target", args=HYBRID_RUN),
+    "plugin_hybrid_window_dflash": Run(True, "draft_window", "hybrid_target", args=HYBRID_RUN + WINDOW_RUN),
     # An fp8 (e4m3fn on CPU) target cache, the draft's kept in the model dtype (vllm#48787) or shared.
-    "plugin_fp8_plain": (True, None, {}, "target", FP8_RUN),
-    "plugin_fp8_dflash": (True, "draft", {}, "target", FP8_RUN + ["--draft-kv-cache-dtype", "auto"]),
-    "plugin_fp8_dflash_fp8_draft": (True, "draft", {}, "target", FP8_RUN),
+    "plugin_fp8_plain": Run(True, args=FP8_RUN),
+    "plugin_fp8_dflash": Run(True, "draft", args=FP8_RUN + ("--draft-kv-cache-dtype", "auto")),
+    "plugin_fp8_dflash_fp8_draft": Run(True, "draft", args=FP8_RUN),
     # gpt-oss (sinks on every layer, window 8 on layer 0) with its DFlash draft: in bf16, the
     # engine's dtype for it; and in float32 from the same bf16 checkpoint, where the drafts of
     # the plugin and CPU_ATTN can be compared token for token (in bf16 the two kernels round
     # attention differently).
-    "cpu_attn_gptoss_plain": (False, None, {}, "gptoss_target", GPTOSS_BF16),
-    "plugin_gptoss_plain": (True, None, {}, "gptoss_target", GPTOSS_BF16),
-    "plugin_gptoss_dflash": (True, "gptoss_draft", {}, "gptoss_target", GPTOSS_BF16),
-    "cpu_attn_gptoss_dflash": (False, "gptoss_draft", {}, "gptoss_target", GPTOSS_BF16),
-    "plugin_gptoss_dflash_fp32": (True, "gptoss_draft", {}, "gptoss_target", []),
-    "cpu_attn_gptoss_dflash_fp32": (False, "gptoss_draft", {}, "gptoss_target", []),
+    "cpu_attn_gptoss_plain": Run(False, target="gptoss_target", args=GPTOSS_BF16),
+    "plugin_gptoss_plain": Run(True, target="gptoss_target", args=GPTOSS_BF16),
+    "plugin_gptoss_dflash": Run(True, "gptoss_draft", "gptoss_target", args=GPTOSS_BF16),
+    "cpu_attn_gptoss_dflash": Run(False, "gptoss_draft", "gptoss_target", args=GPTOSS_BF16),
+    "plugin_gptoss_dflash_fp32": Run(True, "gptoss_draft", "gptoss_target"),
+    "cpu_attn_gptoss_dflash_fp32": Run(False, "gptoss_draft", "gptoss_target"),
 }
 MAX_TOKENS = 8  # the Triton interpreter costs about 1 s per engine step at this size
 
@@ -151,32 +202,33 @@ def bf16_interpreter_problem() -> str | None:
     return None
 
 
-def needs_bf16(name: str) -> bool:
-    spec = VARIANTS[name]
-    return len(spec) > 4 and "bfloat16" in spec[4]
+def needs_bf16(run: Run) -> bool:
+    return "bfloat16" in run.args
 
 
 class EngineRuns:
-    """Every variant runs once, in its own process, started together at session start
-    (two at a time: each run is mostly one busy thread).  ``get`` waits for one.
-    ``DFLASH_E2E_RUNS=name,name`` starts only those at session start (a targeted run); any
-    other variant a test asks for starts then."""
+    """Every run once, in its own process, started together when created (two at a time: each
+    run is mostly one busy thread).  ``get`` waits for one.  ``only`` (``DFLASH_E2E_RUNS=name,name``
+    for the session's runs) starts only those at first (a targeted run); any other run a test asks
+    for starts then."""
 
-    def __init__(self, checkpoints: dict, workdir: Path, jobs: int, only: str | None = None):
+    def __init__(self, runs: dict[str, Run], checkpoints: dict, workdir: Path, jobs: int,
+                 only: str | None = None):
+        self.runs = runs
         self.checkpoints = checkpoints
         self.workdir = workdir
         self.bf16_problem = bf16_interpreter_problem()
         self._pool = ThreadPoolExecutor(max_workers=jobs)
-        first = [n.strip() for n in only.split(",")] if only else list(VARIANTS)
-        unknown = set(first) - set(VARIANTS)
+        first = [n.strip() for n in only.split(",")] if only else list(runs)
+        unknown = set(first) - set(runs)
         if unknown:
-            raise ValueError(f"DFLASH_E2E_RUNS names unknown engine runs {sorted(unknown)}; known: {sorted(VARIANTS)}")
+            raise ValueError(f"DFLASH_E2E_RUNS names unknown engine runs {sorted(unknown)}; known: {sorted(runs)}")
         self._futures = {}
         for name in first:
             self._start(name)
 
     def _start(self, name: str) -> None:
-        if name not in self._futures and not (needs_bf16(name) and self.bf16_problem):
+        if name not in self._futures and not (needs_bf16(self.runs[name]) and self.bf16_problem):
             self._futures[name] = self._pool.submit(self._run, name)
 
     def get(self, name: str) -> dict:
@@ -189,17 +241,26 @@ class EngineRuns:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _run(self, name: str) -> dict:
-        plugin, draft, extra_env, target, args = (*VARIANTS[name], "target", [])[:5]
+        run = self.runs[name]
         out, log = self.workdir / f"{name}.json", self.workdir / f"{name}.log"
-        cmd = [sys.executable, "-m", "tests.e2e_vllm_cpu.engine_run", "--target", self.checkpoints[target],
-               "--max-tokens", str(MAX_TOKENS), "--out", str(out), *args]
-        if draft:
-            cmd += ["--draft", self.checkpoints[draft]]
+        cmd = [sys.executable, "-m", "tests.e2e_vllm_cpu.engine_run", "--target", self.checkpoints[run.target],
+               "--max-tokens", str(MAX_TOKENS), "--out", str(out), *run.args]
+        if run.draft:
+            cmd += ["--draft", self.checkpoints[run.draft]]
+        if run.requests is not None:
+            requests = self.workdir / f"{name}.requests.json"
+            requests.write_text(json.dumps(run.requests))
+            cmd += ["--requests", str(requests)]
+        env = {**engine_env(run.plugin), **dict(run.env)}
+        if "DFLASH_ROCM_TEST_RECORD_DIR" in env:
+            record = self.workdir / f"{name}.ops"
+            record.mkdir(exist_ok=True)
+            env["DFLASH_ROCM_TEST_RECORD_DIR"] = str(record)
         start = time.monotonic()
         with open(log, "w") as f:
             try:
-                proc = subprocess.run(cmd, cwd=REPO_ROOT, env={**engine_env(plugin), **extra_env}, stdout=f,
-                                      stderr=subprocess.STDOUT, timeout=ENGINE_TIMEOUT_S)
+                proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                      timeout=ENGINE_TIMEOUT_S)
                 rc = proc.returncode
             except subprocess.TimeoutExpired:
                 rc = "timeout"
@@ -209,6 +270,10 @@ class EngineRuns:
             raise EngineRunFailed(f"engine run {name} failed (exit {rc}, {seconds:.0f} s); log tail:\n{tail}")
         record = json.loads(out.read_text())
         record["wall_s"] = round(seconds, 1)
+        record["log"] = str(log)
+        if "DFLASH_ROCM_TEST_RECORD_DIR" in env:
+            record["process_ops"] = [json.loads(p.read_text())
+                                     for p in sorted(Path(env["DFLASH_ROCM_TEST_RECORD_DIR"]).glob("ops-*.json"))]
         return record
 
 
@@ -218,13 +283,14 @@ class EngineRunFailed(AssertionError):
 
 @pytest.fixture(scope="session")
 def engine_runs(checkpoints, tmp_path_factory):
-    jobs = int(os.environ.get("DFLASH_E2E_JOBS", "2"))
-    runs = EngineRuns(checkpoints, tmp_path_factory.mktemp("engine_runs"), jobs, os.environ.get("DFLASH_E2E_RUNS"))
+    runs = EngineRuns(VARIANTS, checkpoints, tmp_path_factory.mktemp("engine_runs"), JOBS,
+                      os.environ.get("DFLASH_E2E_RUNS"))
     _SESSION_RUNS.append(runs)
     yield runs
     runs.close()
 
 
+JOBS = int(os.environ.get("DFLASH_E2E_JOBS", "2"))
 _SESSION_RUNS: list = []
 
 
@@ -234,3 +300,8 @@ def pytest_terminal_summary(terminalreporter):
             if future.done() and not future.cancelled():
                 status = f"{future.result()['wall_s']} s" if future.exception() is None else "FAILED"
                 terminalreporter.write_line(f"vLLM CPU engine run {name}: {status}")
+    for name, seconds in _OTHER_WALL_TIMES.items():
+        terminalreporter.write_line(f"vLLM CPU engine run {name}: {seconds} s")
+
+
+_OTHER_WALL_TIMES: dict[str, float] = {}  # runs outside EngineRuns (servers), for the summary

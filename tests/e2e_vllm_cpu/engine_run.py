@@ -1,6 +1,7 @@
 """One offline vLLM engine run on the CPU platform, recorded as JSON (run in a fresh process).
 
     python -m tests.e2e_vllm_cpu.engine_run --target DIR [--draft DIR] --max-tokens N --out FILE
+        [--requests FILE] [--engine JSON] [--speculative JSON] [--poison new|new_and_freed]
 
 The attention backend is chosen by the environment the caller passes: with
 ``DFLASH_ROCM_TEST_CPU_ENGINE=1`` the test plugin (cpu_engine_plugin/) puts rocm_dflash into the CPU_ATTN
@@ -14,7 +15,21 @@ no engine-core subprocess) so the probes below see every call:
 * ``ops_calls``: ``dflash_rocm_plugin.ops.paged_attention`` calls by ``causal`` flag;
   ``ops_sinks``: those that passed ``sinks`` (and with a sliding window), and each distinct
   sinks vector they passed;
-* ``metrics``: the engine's spec-decode counters; ``outputs``: greedy token ids per prompt.
+* ``metrics``: the engine's spec-decode counters; ``outputs``: greedy token ids per prompt;
+  ``counters``: every scalar engine metric (preemptions, prefix-cache queries and hits, ...);
+  ``cached_tokens``: prompt tokens each request found in the prefix cache;
+* ``schedule``: engine steps, steps where a prefill (chunk) and speculative-decode requests
+  shared the batch, prefill chunks that left part of their prompt for a later step.
+
+``--requests`` gives waves of requests (``[[{"prompt": [...], "max_tokens": n}, ...], ...]``), each
+wave one ``generate`` call on the same engine, so a later wave can hit the prefix cache an earlier
+one filled; outputs are listed wave after wave.  ``--engine`` adds ``LLM`` arguments (KV pool size,
+prefix caching, chunked prefill, ...); ``--speculative`` adds speculative-config fields.
+``--poison new`` fills every KV block the scheduler hands out with NaN before the step that uses it
+runs (a kernel that reads a slot its request has not written turns the output into NaN);
+``new_and_freed`` also poisons every block a request gives back (only meaningful with prefix
+caching off, where a freed block is dead until handed out again): a read of a freed block, e.g.
+by a preempted request, does the same.
 """
 
 from __future__ import annotations
@@ -106,6 +121,7 @@ def install_probes(rec: dict) -> None:
         return
     ops_calls = rec["ops_calls"] = {"causal": 0, "non_causal": 0, "write_kv_cache": 0}
     sinks_seen = rec["ops_sinks"] = {"calls": 0, "windowed_calls": 0, "values": []}
+    ops_seconds = rec["ops_seconds"] = {"paged_attention": 0.0, "write_kv_cache": 0.0}
 
     def count(name):
         ops_calls[name] += 1
@@ -121,8 +137,21 @@ def install_probes(rec: dict) -> None:
         if values not in sinks_seen["values"]:
             sinks_seen["values"].append(values)
 
-    _wrap(ops, "paged_attention", on_attention)
-    _wrap(ops, "write_kv_cache", lambda a, k, r: count("write_kv_cache"))
+    def timed(owner, name, record):
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            result = original(*args, **kwargs)
+            ops_seconds[name] += time.perf_counter() - start
+            record(args, kwargs, result)
+            return result
+
+        setattr(owner, name, wrapper)
+
+    timed(ops, "paged_attention", on_attention)
+    timed(ops, "write_kv_cache", lambda a, k, r: count("write_kv_cache"))
 
 
 def install_draft_probe(rec: dict) -> None:
@@ -145,11 +174,108 @@ def install_draft_probe(rec: dict) -> None:
     _wrap(DFlashProposer, "_greedy_sample", on_greedy)
 
 
+def install_kv_poison(rec: dict, freed_too: bool) -> None:
+    """NaN into KV blocks no request may read yet (see the module docstring)."""
+    import torch
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    pending: set[int] = set()
+    stats = rec["poison"] = {"new": 0, "freed": 0, "poisoned_steps": 0, "blocks_poisoned": 0,
+                             "layers": 0, "freed_too": freed_too}
+
+    def on_new(args, kwargs, result):
+        ids = [b.block_id for b in result if not getattr(b, "is_null", False)]
+        stats["new"] += len(ids)
+        pending.update(ids)
+
+    _wrap(BlockPool, "get_new_blocks", on_new)
+
+    if freed_too:
+        original_free = BlockPool.free_blocks
+
+        @functools.wraps(original_free)
+        def free_blocks(self, ordered_blocks):
+            blocks = list(ordered_blocks)
+            ids = [b.block_id for b in blocks if not getattr(b, "is_null", False)]
+            stats["freed"] += len(ids)
+            pending.update(ids)
+            return original_free(self, blocks)
+
+        BlockPool.free_blocks = free_blocks
+
+    original_execute = GPUModelRunner.execute_model
+
+    @functools.wraps(original_execute)
+    def execute_model(self, scheduler_output, *args, **kwargs):
+        if pending:
+            ids = sorted(pending)
+            pending.clear()
+            seen = set()
+            for ctx in self.compilation_config.static_forward_context.values():
+                kv = getattr(ctx, "kv_cache", None)
+                if not isinstance(kv, torch.Tensor) or kv.data_ptr() in seen or kv.numel() == 0:
+                    continue
+                seen.add(kv.data_ptr())
+                if not kv.dtype.is_floating_point:
+                    continue
+                assert max(ids) < kv.shape[0], (kv.shape, max(ids))  # dim 0 indexes blocks
+                kv[ids] = float("nan")
+            stats["poisoned_steps"] += 1
+            stats["blocks_poisoned"] += len(ids)
+            stats["layers"] = max(stats["layers"], len(seen))
+        return original_execute(self, scheduler_output, *args, **kwargs)
+
+    GPUModelRunner.execute_model = execute_model
+
+
+def install_scheduler_probe(rec: dict) -> None:
+    """Per step: did a prefill (or a chunk of one) share the batch with speculative-decode requests?"""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    stats = rec["schedule"] = {"steps": 0, "mixed_steps": 0, "chunked_prefill_chunks": 0, "max_batch": 0}
+    original = Scheduler.schedule
+
+    @functools.wraps(original)
+    def schedule(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        scheduled = out.num_scheduled_tokens
+        if not scheduled:
+            return out
+        prefilling = spec = 0
+        for rid, n in scheduled.items():
+            req = self.requests.get(rid)
+            if req is None:
+                continue
+            after = req.num_computed_tokens  # already advanced by this step
+            if after - n < req.num_prompt_tokens:
+                prefilling += 1
+                if after < req.num_prompt_tokens:
+                    stats["chunked_prefill_chunks"] += 1
+            if out.scheduled_spec_decode_tokens.get(rid):
+                spec += 1
+        stats["steps"] += 1
+        stats["mixed_steps"] += bool(prefilling and spec)
+        stats["max_batch"] = max(stats["max_batch"], len(scheduled))
+        return out
+
+    Scheduler.schedule = schedule
+
+
 def spec_metrics(llm) -> dict:
     out = {}
     for m in llm.get_metrics():
         if m.name.startswith("vllm:spec_decode"):
             out[m.name] = getattr(m, "value", None) if hasattr(m, "value") else list(m.values)
+    return out
+
+
+def scalar_metrics(llm) -> dict:
+    out = {}
+    for m in llm.get_metrics():
+        value = getattr(m, "value", None)
+        if isinstance(value, (int, float)):
+            out[m.name] = out.get(m.name, 0) + value
     return out
 
 
@@ -165,6 +291,10 @@ def main(argv=None) -> int:
     p.add_argument("--kv-cache-dtype", default="auto", help="the target's cache (e.g. fp8)")
     p.add_argument("--draft-kv-cache-dtype", default=None, help="the draft's own cache dtype (vllm#48787)")
     p.add_argument("--out", required=True)
+    p.add_argument("--requests", help="JSON file: waves of {prompt, max_tokens} (default: PROMPTS, one wave)")
+    p.add_argument("--engine", default="{}", help="JSON: extra LLM(...) arguments")
+    p.add_argument("--speculative", default="{}", help="JSON: extra speculative-config fields")
+    p.add_argument("--poison", choices=("new", "new_and_freed"))
     a = p.parse_args(argv)
 
     # The V1 runner (where DFlashProposer lives) and no engine-core subprocess.
@@ -174,6 +304,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
     cpu = {"start": time.process_time()}
+    wall_start = time.monotonic()
     import vllm.plugins
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -184,27 +315,43 @@ def main(argv=None) -> int:
     rec["switch"] = cpu_engine_testing.requested()
     install_probes(rec)
     install_draft_probe(rec)
+    install_scheduler_probe(rec)
+    if a.poison:
+        install_kv_poison(rec, freed_too=a.poison == "new_and_freed")
 
+    if a.requests:
+        with open(a.requests) as f:
+            waves = json.load(f)
+    else:
+        waves = [[{"prompt": t, "max_tokens": a.max_tokens} for t in PROMPTS]]
     kwargs = dict(model=a.target, dtype=a.dtype, enforce_eager=True, max_model_len=256,
-                  max_num_seqs=len(PROMPTS), max_num_batched_tokens=256, seed=0,
+                  max_num_seqs=max(len(w) for w in waves), max_num_batched_tokens=256, seed=0,
                   disable_log_stats=False, block_size=a.block_size, kv_cache_dtype=a.kv_cache_dtype)
     if a.no_prefix_caching:
         # GDN hybrids on CPU: the align-mode prefix cache's Triton kernel does not run there.
         kwargs["enable_prefix_caching"] = False
+    kwargs.update(json.loads(a.engine))
     if a.draft:
-        from tests.e2e_vllm_cpu.tiny_checkpoints import DRAFT_BLOCK
+        from tests.e2e_vllm_cpu.tiny_checkpoints import draft_block_size
         kwargs["speculative_config"] = {"method": "dflash", "model": a.draft,
-                                        "num_speculative_tokens": a.num_spec or DRAFT_BLOCK - 1}
+                                        "num_speculative_tokens": a.num_spec or draft_block_size(a.draft) - 1,
+                                        **json.loads(a.speculative)}
         if a.draft_kv_cache_dtype:
             kwargs["speculative_config"]["kv_cache_dtype"] = a.draft_kv_cache_dtype
     cpu["imports"] = time.process_time()
     llm = LLM(**kwargs)
     cpu["engine_init"] = time.process_time()
-    params = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=True)
-    results = llm.generate([TokensPrompt(prompt_token_ids=t) for t in PROMPTS], params, use_tqdm=False)
-    rec["outputs"] = [list(r.outputs[0].token_ids) for r in results]
+    rec["outputs"], rec["cached_tokens"] = [], []
+    for wave in waves:
+        params = [SamplingParams(temperature=0.0, max_tokens=r["max_tokens"], ignore_eos=True) for r in wave]
+        results = llm.generate([TokensPrompt(prompt_token_ids=r["prompt"]) for r in wave], params,
+                               use_tqdm=False)
+        rec["outputs"] += [list(r.outputs[0].token_ids) for r in results]
+        rec["cached_tokens"] += [r.num_cached_tokens for r in results]
     cpu["generate"] = time.process_time()
     rec["metrics"] = spec_metrics(llm)
+    rec["counters"] = scalar_metrics(llm)
+    rec["wall_in_process_s"] = round(time.monotonic() - wall_start, 1)
     rec["cpu_s"] = {k: round(v, 1) for k, v in cpu.items()}
     rec["triton_interpret"] = os.environ.get("TRITON_INTERPRET")
     cache_config = llm.llm_engine.vllm_config.cache_config

@@ -36,6 +36,38 @@ def test_text_without_hosts(capsys):
     assert text.rstrip().endswith("status: OK")
 
 
+def test_switches_are_shown(monkeypatch, capsys):
+    monkeypatch.setenv("DFLASH_ROCM_ALLOW_UNTESTED_HOST", "1")
+    monkeypatch.delenv("DFLASH_ROCM_DISABLE", raising=False)
+    assert doctor.main(["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["switches"]["DFLASH_ROCM_ALLOW_UNTESTED_HOST"] == {
+        "name": "DFLASH_ROCM_ALLOW_UNTESTED_HOST", "value": "1", "on": True, "problem": None}
+    assert report["switches"]["DFLASH_ROCM_DISABLE"]["on"] is False
+    assert doctor.main([]) == 0
+    text = capsys.readouterr().out
+    assert "switches: DFLASH_ROCM_DISABLE unset (off); DFLASH_ROCM_ALLOW_UNTESTED_HOST=1 (ON)" in text
+
+
+def test_untested_host_under_the_opt_in_is_expected_to_register(monkeypatch, capsys):
+    real = doctor.package_version
+    monkeypatch.setattr(doctor, "package_version",
+                        lambda names: "0.5.24" if "sglang" in names else real(names))
+    from dflash_rocm_plugin import sglang as adapter
+    monkeypatch.setattr(adapter, "check_registered", lambda: (True, "stand-in: registered"))
+    monkeypatch.setattr(adapter, "allow_list", lambda: None)
+    monkeypatch.delenv("DFLASH_ROCM_ALLOW_UNTESTED_HOST", raising=False)
+    assert doctor.main(["--host", "sglang"]) == 0  # outside the range, nothing expected
+    assert "sglang 0.5.24 (outside the supported range" in capsys.readouterr().out
+    monkeypatch.setenv("DFLASH_ROCM_ALLOW_UNTESTED_HOST", "1")
+    assert doctor.main(["--host", "sglang"]) == 0
+    text = capsys.readouterr().out
+    assert "UNTESTED, registered anyway: DFLASH_ROCM_ALLOW_UNTESTED_HOST=1" in text
+    assert "allow-list: SGLANG_PLUGINS unset (every plugin loads)" in text
+    monkeypatch.setattr(adapter, "check_registered", lambda: (False, "stand-in: absent"))
+    assert doctor.main(["--host", "sglang"]) == 1  # opted in but not registered: a failure
+
+
 def test_supported_ranges_come_from_the_extras():
     ranges = doctor.supported_ranges()
     assert set(ranges) == {"vllm", "sglang"}
@@ -72,6 +104,7 @@ def test_a_crashing_host_check_is_reported_not_raised(monkeypatch, capsys):
 RUNS = {
     "0.5.23": ("0.5.23", {}),
     "0.5.23-filtered": ("0.5.23", {"SGLANG_PLUGINS": "some_other_plugin"}),
+    "0.5.23-disabled": ("0.5.23", {"DFLASH_ROCM_DISABLE": "1"}),
 }
 
 
@@ -112,4 +145,15 @@ def test_real_sglang_0_5_23_filtered_plugin_fails(real_runs):
     rc, report, _ = real_runs["0.5.23-filtered"]
     host = report["hosts"]["sglang"]
     assert host["entry_point"] and host["registered"] is False
+    assert host["allow_list"]["value"] == "some_other_plugin"
+    assert host["detail"].startswith("SGLANG_PLUGINS='some_other_plugin' does not list 'rocm_dflash'")
+    assert rc == 1 and not report["ok"]
+
+
+def test_real_sglang_0_5_23_switched_off_says_so(real_runs):
+    rc, report, _ = real_runs["0.5.23-disabled"]
+    host = report["hosts"]["sglang"]
+    assert report["switches"]["DFLASH_ROCM_DISABLE"]["on"] is True
+    assert host["registered"] is False and host["detail"].startswith("DFLASH_ROCM_DISABLE=1 turns the plugin off")
+    assert {f["status"] for f in host["fixes"]} == {"not needed"}  # reported as they would be, none applied
     assert rc == 1 and not report["ok"]

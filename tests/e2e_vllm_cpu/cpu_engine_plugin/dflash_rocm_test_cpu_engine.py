@@ -29,6 +29,10 @@ import sys
 logger = logging.getLogger("dflash_rocm_test_cpu_engine")
 
 SWITCH = "DFLASH_ROCM_TEST_CPU_ENGINE"
+# With the switch on, each process also counts its ``ops.paged_attention`` calls by causal flag and
+# head geometry into ``$DFLASH_ROCM_TEST_RECORD_DIR/ops-<pid>.json`` (tensor-parallel workers are
+# spawned processes, out of reach of the engine runner's in-process probes).
+RECORD_DIR = "DFLASH_ROCM_TEST_RECORD_DIR"
 
 
 def requested() -> bool:
@@ -79,4 +83,31 @@ def _enable() -> bool:
     register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_PATH)
     logger.warning("dflash_rocm_plugin: TEST ONLY (%s=1): vLLM's CPU_ATTN slot now runs %s",
                    SWITCH, BACKEND_PATH)
+    if os.environ.get(RECORD_DIR):
+        _record_ops_calls(os.environ[RECORD_DIR])
     return True
+
+
+def _record_ops_calls(directory: str) -> None:
+    import functools
+    import json
+
+    from dflash_rocm_plugin import ops
+
+    original = ops.paged_attention
+    if getattr(original, "_recorded", False):
+        return
+    counts: dict[str, int] = {}
+    path = os.path.join(directory, f"ops-{os.getpid()}.json")
+
+    @functools.wraps(original)
+    def paged_attention(q, k_cache, *args, **kwargs):
+        key = (f"{'causal' if kwargs.get('causal') else 'non_causal'} q_heads={q.shape[1]} "
+               f"kv_heads={k_cache.shape[2]} head_dim={q.shape[2]}")
+        counts[key] = counts.get(key, 0) + 1
+        with open(path, "w") as f:
+            json.dump({"pid": os.getpid(), "calls": counts}, f)
+        return original(q, k_cache, *args, **kwargs)
+
+    paged_attention._recorded = True
+    ops.paged_attention = paged_attention
