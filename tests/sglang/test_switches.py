@@ -138,8 +138,8 @@ def test_untested_version_registers_under_the_opt_in_and_start_up_still_guards(m
     assert "DFLASH_ROCM_ALLOW_UNTESTED_HOST=1" in lines[0]
     h.make_backend("rocm_dflash", h.make_runner(h.Shape()))  # a supported layer builds
     runner = h.make_runner(h.Shape())
-    runner.model_config.head_dim = runner.model_config.v_head_dim = 264
-    with pytest.raises(UnsupportedConfig, match="head_dim 264"):
+    runner.model_config.head_dim = runner.model_config.v_head_dim = 520
+    with pytest.raises(UnsupportedConfig, match="head_dim 520"):
         h.make_backend("rocm_dflash", runner)
 
 

@@ -27,11 +27,12 @@ LAYERS = {
     "qwen3_5_full_attention_d256": dict(head_size=256, num_heads=16),  # Qwen3.5/3.6, Qwen3-Next
     "sliding_window_d128": dict(head_size=128, num_heads=32, has_sliding_window=True),
     "sliding_window_d256": dict(head_size=256, num_heads=16, has_sliding_window=True),  # Gemma-4 local
+    "gemma4_global_d512": dict(head_size=512, num_heads=16),           # Gemma-4 global layers
     "fp16_d128": dict(head_size=128, num_heads=32, dtype="float16"),
     "gqa8_one_kv_head_per_rank_d128": dict(head_size=128, num_heads=8),
     # layers the backend does not serve (or may, as its support grows: the probe records either)
     "mla": dict(head_size=576, num_heads=16, use_mla=True),
-    "head_512": dict(head_size=512, num_heads=16),                     # Gemma-4 global layers
+    "head_520": dict(head_size=520, num_heads=16),                     # above the kernels' 512
     "fp8_kv_cache": dict(head_size=128, num_heads=32, kv_cache_dtype="fp8"),
     "sinks_d64": dict(head_size=64, num_heads=64, has_sink=True, has_sliding_window=True),
 }

@@ -31,8 +31,8 @@ from tests.vllm.rocm_platform_probe import LAYERS
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = "dflash_rocm_plugin.vllm.backend.RocmDFlashBackend"
 SERVED = ["qwen3_dense_d128", "d64", "qwen3_5_full_attention_d256", "sliding_window_d128", "sliding_window_d256",
-          "fp16_d128", "gqa8_one_kv_head_per_rank_d128"]
-REFUSED = ["mla", "head_512"]  # refused whatever else the backend learns to serve
+          "fp16_d128", "gqa8_one_kv_head_per_rank_d128", "gemma4_global_d512"]
+REFUSED = ["mla", "head_520"]  # refused whatever else the backend learns to serve
 
 RUNS = {  # name -> (arch, stand-in platform plugin on the path?, extra environment)
     "gfx942": ("gfx942", False, {}),
@@ -72,7 +72,7 @@ def probes(tmp_path_factory):
 def _plugin_reason(layer: dict) -> str | None:
     """The refusal reason the plugin gives for ``layer`` (its vLLM translation of ``ops.supports``)."""
     from dflash_rocm_plugin.vllm import support
-    features = [f for f, on in (("mla", layer.get("use_mla")), ("sinks", layer.get("has_sink"))) if on]
+    features = ["mla"] if layer.get("use_mla") else []
     return support.reason(head_size=layer["head_size"], dtype=getattr(torch, layer.get("dtype", "bfloat16")),
                           kv_cache_dtype=layer.get("kv_cache_dtype", "auto"), features=features)
 
@@ -107,7 +107,7 @@ def test_unsupported_layers_get_rocm_platforms_refusal_with_the_plugins_reason(p
                                            "for this configuration. Reason: ")
             assert reason in got["error"], (reason, got["error"])
     assert all(_plugin_reason(LAYERS[n]) for n in REFUSED) and refused >= 2 * len(REFUSED)
-    assert "rocm_dflash: head_dim 512 is not supported" in rec["target"]["head_512"]["error"]
+    assert "rocm_dflash: head_dim 520 is not supported" in rec["target"]["head_520"]["error"]
     assert "multi-head latent attention (MLA) is not supported" in rec["draft"]["mla"]["error"]
 
 
@@ -143,5 +143,5 @@ def test_a_platform_plugin_that_defers_still_selects_the_plugin(probes):
     for kind in ("target", "draft"):
         for name in SERVED:
             assert rec[kind][name] == {"backend": PLUGIN}
-        assert "rocm_dflash: head_dim 512" in rec[kind]["head_512"]["error"]
+        assert "rocm_dflash: head_dim 520" in rec[kind]["head_520"]["error"]
     assert rec["plugin_log"] == []

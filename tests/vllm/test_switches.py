@@ -63,7 +63,7 @@ def reasons(**o):
     a.update(o)
     return B.validate_configuration(**a)
 state['ok_layer'] = reasons()
-state['head_512'] = reasons(head_size=512)
+state['head_520'] = reasons(head_size=520)
 state['mla'] = reasons(use_mla=True)
 """
 
@@ -158,5 +158,5 @@ def test_untested_version_registers_under_the_opt_in_and_validation_still_guards
     assert "DFLASH_ROCM_ALLOW_UNTESTED_HOST=1" in lines[0] and "validates every layer" in lines[0]
     assert not _ours(stderr, "is NOT registered")
     assert state["ok_layer"] == []
-    assert any("rocm_dflash: head_dim 512 is not supported" in r for r in state["head_512"])
+    assert any("rocm_dflash: head_dim 520 is not supported" in r for r in state["head_520"])
     assert any("MLA" in r for r in state["mla"])
