@@ -155,5 +155,9 @@ def test_real_sglang_0_5_23_switched_off_says_so(real_runs):
     host = report["hosts"]["sglang"]
     assert report["switches"]["DFLASH_ROCM_DISABLE"]["on"] is True
     assert host["registered"] is False and host["detail"].startswith("DFLASH_ROCM_DISABLE=1 turns the plugin off")
-    assert {f["status"] for f in host["fixes"]} == {"not needed"}  # reported as they would be, none applied
+    # Reported as they would be, none applied: the one 0.5.23 needs shows as needed and not applied.
+    statuses = {f["id"]: f for f in host["fixes"]}
+    backends = statuses.pop("sglang-model-attention-backends")
+    assert backends["status"] == "refused" and backends["reason"].startswith("needed, not applied"), backends
+    assert {f["status"] for f in statuses.values()} == {"not needed"}
     assert rc == 1 and not report["ok"]
