@@ -51,3 +51,17 @@ def engine_config(model_dirs):
     """A VllmConfig for the tiny target on rocm_dflash with a DFlash draft."""
     return engine_args(model_dirs, attention_backend="rocm_dflash",
                        speculative_config=dflash_spec(model_dirs)).create_engine_config()
+
+
+@pytest.fixture
+def layer(monkeypatch):
+    """The attention layer's quantization scales an impl's forward reads (all 1: no fp8 here)."""
+    import types
+
+    import torch
+
+    # triton_reshape_and_cache_flash asks CUDA for the capability on non-ROCm platforms.
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0))
+    one = torch.ones(1, dtype=torch.float32)
+    return types.SimpleNamespace(_k_scale=one, _v_scale=one, _q_scale=one, _k_scale_float=1.0,
+                                 _v_scale_float=1.0, _q_scale_float=1.0)

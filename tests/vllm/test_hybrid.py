@@ -23,7 +23,6 @@ layers with their evicted blocks, on the plugin's backend.
 from __future__ import annotations
 
 import json
-import types
 
 import pytest
 import torch
@@ -146,13 +145,6 @@ def pair(engine_config, *, block_size, sliding_window=None, dtype=torch.float32)
                     cls.get_impl_cls()(HQ, D, D ** -0.5, HKV, None, sliding_window, "auto")]
     return out
 
-
-@pytest.fixture
-def layer(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0))
-    one = torch.ones(1, dtype=torch.float32)
-    return types.SimpleNamespace(_k_scale=one, _v_scale=one, _q_scale=one, _k_scale_float=1.0,
-                                 _v_scale_float=1.0, _q_scale_float=1.0)
 
 
 def run(builder, impl, layer, batch, kv_cache, **cam_extra):

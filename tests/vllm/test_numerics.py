@@ -8,7 +8,6 @@ vLLM's KV-cache layouts, in fp32 and fp16.  Outputs start as NaN so unwritten ro
 """
 
 import math
-import types
 
 import pytest
 import torch
@@ -38,14 +37,6 @@ def backends(engine_config):
             out += [builder, impl]
     return out
 
-
-@pytest.fixture
-def layer(monkeypatch):
-    # triton_reshape_and_cache_flash asks CUDA for the capability on non-ROCm platforms.
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0))
-    one = torch.ones(1, dtype=torch.float32)
-    return types.SimpleNamespace(_k_scale=one, _v_scale=one, _q_scale=one, _k_scale_float=1.0,
-                                 _v_scale_float=1.0, _q_scale_float=1.0)
 
 
 def run_backend(builder, impl, layer, batch, kv_cache):

@@ -25,14 +25,6 @@ RANK_GEOMETRIES = {
 BS = 16
 
 
-@pytest.fixture
-def layer(monkeypatch):
-    import types
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0))
-    one = torch.ones(1, dtype=torch.float32)
-    return types.SimpleNamespace(_k_scale=one, _v_scale=one, _q_scale=one, _k_scale_float=1.0,
-                                 _v_scale_float=1.0, _q_scale_float=1.0)
-
 
 @pytest.mark.parametrize("causal", [False, True], ids=["draft_non_causal", "verify_causal"])
 @pytest.mark.parametrize("name", RANK_GEOMETRIES)
