@@ -46,8 +46,33 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=int, default=None, help="sliding window of every shape (keys)")
     p.add_argument("--sinks", action="store_true", help="attention sinks (one logit per query head)")
     p.add_argument("--q-len", type=int, default=16, help="query rows per sequence (DFlash2 blocks: 8; decode: 1)")
+    p.add_argument("--pool-context", default=None, metavar="KEYS",
+                   help="cache pages per sequence for this many keys (e.g. 16K), of which each call "
+                        "reads its context: a short context over a long context's pool")
+    p.add_argument("--force", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override one launch field of every plugin call (A/B of a launch choice), "
+                        "e.g. --force num_stages=3 --force page_ids_asm=false")
     p.add_argument("--no-progress", action="store_true")
     return p
+
+
+def _forced_fields(items: list[str]) -> dict:
+    """'--force a=1 --force b=false' -> {'a': 1, 'b': False} (ValueError naming a bad item)."""
+    from dflash_rocm_plugin import ops
+    known = sorted(ops.AttentionLaunch.__dataclass_fields__)
+    fields = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name.strip() not in known:
+            raise ValueError(f"--force {item!r}: expected FIELD=VALUE with FIELD one of {known}")
+        v = value.strip().lower()
+        if v in ("true", "false"):
+            fields[name.strip()] = v == "true"
+        elif v.lstrip("-").isdigit():
+            fields[name.strip()] = int(v)
+        else:
+            raise ValueError(f"--force {item!r}: VALUE must be an integer, true or false")
+    return fields
 
 
 def _progress(i: int, n: int, text: str, enabled: bool) -> None:
@@ -87,11 +112,18 @@ def _unique_layouts(models: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        forced = _forced_fields(args.force)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     import torch
     if not torch.cuda.is_available():
         print("dflash-rocm bench needs a CUDA or HIP GPU; none is visible", file=sys.stderr)
         return 2
-    return run(args, torch.device("cuda", torch.cuda.current_device()))
+    from dflash_rocm_plugin import ops
+    with ops.forced_launch(**forced):
+        return run(args, torch.device("cuda", torch.cuda.current_device()))
 
 
 def run(args, device) -> int:
@@ -119,10 +151,15 @@ def run(args, device) -> int:
         grid += shapes_mod.grid([names[0]], modes, pairs, pages, q_len=args.q_len, kv=args.kv,
                                 window=args.window, sinks=args.sinks)
     show_progress = not args.no_progress
+    pool_context = None
+    if args.pool_context:
+        pool_context = shapes_mod.parse_pairs(f"1x{args.pool_context}")[0][1]
 
     ceiling = timing.copy_ceiling_tbs(device)
     meta = _meta(torch, triton, ceiling)
     meta["dtype"] = args.dtype
+    if args.force:
+        meta["forced_launch"] = _forced_fields(args.force)
     loaded = {}
     if args.peers:
         names = args.peer_names.split(",") if args.peer_names else None
@@ -140,7 +177,7 @@ def run(args, device) -> int:
                 "causal": shape.causal, "batch": shape.batch, "context": shape.context,
                 "page": shape.page, "q_len": shape.q_len, "heads": [hq, hkv, d],
                 "kv_bytes": shape.kv_bytes()}
-        case = inputs.build(shape, device, dtype=getattr(torch, args.dtype))
+        case = inputs.build(shape, device, dtype=getattr(torch, args.dtype), pool_context=pool_context)
         ref = inputs.reference(case, 0)
         _progress(done, jobs, f"{shape.label} plugin", show_progress)
         outs = [torch.full_like(case.q, float("nan")) for _ in case.block_tables]
@@ -166,6 +203,7 @@ def run(args, device) -> int:
             row["status"] = "WRONG (not timed)"
         else:
             row["eager_us"] = timing.eager_us(calls)
+            row["flushed_us"] = timing.flushed_us(calls)
             row["time_us"] = timing.graph_us(calls)
             row["method"] = "cuda-graph"
         rows.append(row)
@@ -193,6 +231,7 @@ def run(args, device) -> int:
                     prow["status"] = "WRONG output (not timed)"
                 else:
                     prow["eager_us"] = timing.eager_us(pcalls)
+                    prow["flushed_us"] = timing.flushed_us(pcalls)
                     try:
                         prow["time_us"] = timing.graph_us(pcalls)
                         prow["method"] = "cuda-graph"

@@ -40,14 +40,19 @@ class Case:
         return len(self.block_tables)
 
 
-def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0, shuffle: bool = True) -> Case:
+def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0, shuffle: bool = True,
+          pool_context: int | None = None) -> Case:
+    """``pool_context``: allocate (and shuffle) pages for that many keys per sequence while each
+    table uses only its first ``context``, so a short context reads its keys from as large a pool
+    as a long one (a sliding window's keys lie scattered over the whole context's pages)."""
     hq, hkv, d = shape.heads
     b, ctx, page, ql = shape.batch, shape.context, shape.page, shape.q_len
     assert ctx % page == 0 and ctx >= ql
     gen = torch.Generator(device=device).manual_seed(seed)
     copies = max(1, -(-ROTATE_BYTES // shape.kv_bytes()))
     pages_per_seq = ctx // page
-    num_blocks = copies * b * pages_per_seq
+    pool_pages = max(pages_per_seq, -(-(pool_context or 0) // page))
+    num_blocks = copies * b * pool_pages
     # Random data, never zeros (zeros can run faster and hide unwritten outputs).
     k_cache = torch.randn(num_blocks, page, hkv, d, device=device, dtype=dtype, generator=gen)
     v_cache = torch.randn(num_blocks, page, hkv, d, device=device, dtype=dtype, generator=gen)
@@ -55,7 +60,7 @@ def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0, shuffle: bo
     # (sequential pages) isolates the cost of the scattered layout itself.
     order = (torch.randperm(num_blocks, device=device, generator=gen) if shuffle
              else torch.arange(num_blocks, device=device)).to(torch.int32)
-    tables = [t.reshape(b, pages_per_seq).contiguous() for t in order.split(b * pages_per_seq)]
+    tables = [t.reshape(b, pool_pages)[:, :pages_per_seq].contiguous() for t in order.split(b * pool_pages)]
     q = torch.randn(b * ql, hq, d, device=device, dtype=dtype, generator=gen)
     seq_lens = torch.full((b,), ctx, dtype=torch.int32, device=device)
     qsl = torch.arange(0, (b + 1) * ql, ql, dtype=torch.int32, device=device)

@@ -22,19 +22,23 @@ def speedups(rows: list[dict]) -> None:
 
 
 def table(rows: list[dict], ceiling: float) -> str:
-    head = (f"{'shape':<34} {'impl':<20} {'us':>9} {'eager us':>9} {'TB/s':>6} {'%ceil':>6} "
-            f"{'rel err':>8}  notes")
+    # us / TB/s: CUDA-graph replay of back-to-back calls; 1-call us: one call after an L2 flush
+    # (what a layer pays between other kernels); eager us: one eager launch, host cost included.
+    head = (f"{'shape':<34} {'impl':<20} {'us':>9} {'TB/s':>6} {'%ceil':>6} {'1-call us':>9} {'TB/s':>6} "
+            f"{'eager us':>9} {'rel err':>8}  notes")
     lines = [f"copy ceiling (D2D, read+write): {ceiling:.2f} TB/s", head, "-" * len(head)]
     for r in rows:
         t = f"{r['time_us']:9.1f}" if r.get("time_us") else f"{'-':>9}"
         e = f"{r['eager_us']:9.1f}" if r.get("eager_us") else f"{'-':>9}"
+        f = f"{r['flushed_us']:9.1f}" if r.get("flushed_us") else f"{'-':>9}"
+        fbw = f"{r['kv_bytes'] / (r['flushed_us'] * 1e-6) / 1e12:6.2f}" if r.get("flushed_us") else f"{'-':>6}"
         bw = f"{r['tbs']:6.2f}" if r.get("tbs") else f"{'-':>6}"
         pc = f"{100 * r['frac_ceiling']:5.1f}%" if r.get("frac_ceiling") else f"{'-':>6}"
         err = f"{r['rel_err']:8.1e}" if r.get("rel_err") is not None else f"{'-':>8}"
         notes = r.get("status", "")
         if r.get("speedup_vs"):
             notes += " x" + " x".join(f"{v:.1f} vs {k}" for k, v in r["speedup_vs"].items())
-        lines.append(f"{r['label']:<34} {r['impl']:<20} {t} {e} {bw} {pc} {err}  {notes}".rstrip())
+        lines.append(f"{r['label']:<34} {r['impl']:<20} {t} {bw} {pc} {f} {fbw} {e} {err}  {notes}".rstrip())
     return "\n".join(lines)
 
 

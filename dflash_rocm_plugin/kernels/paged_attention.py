@@ -173,7 +173,7 @@ def _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, s
 
 @triton.jit
 def _attend_tile(
-    acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
+    acc, l_i, m_i, q, t, tile_base, kv_begin, kv_end, q_pos, window,
     k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
     stride_ks, stride_kh, stride_kd, stride_kb,
     stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
@@ -188,8 +188,10 @@ def _attend_tile(
     MASKED=False is the hot loop: every key of the tile exists and is visible to
     every row, so no per-element compare/select and no -inf guards are needed.
     """
-    key = kv_begin + t * BLOCK_N + tl.arange(0, BLOCK_N)
+    key = tile_base + t * BLOCK_N + tl.arange(0, BLOCK_N)
     key_ok = key < kv_end
+    if USE_WINDOW:
+        key_ok = key_ok & (key >= kv_begin)  # tile 0 may start below the window (see the kernel)
     k_off, v_off = _kv_offsets(key, key_ok, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
                                stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, MASKED, PAGE_IDS_ASM, OFFSETS_32)
@@ -208,7 +210,7 @@ def _attend_tile(
 
 @triton.jit
 def _attend_full_tiles_overlapped(
-    acc, l_i, m_i, q, tile_lo, full_hi, kv_begin, kv_end,
+    acc, l_i, m_i, q, tile_lo, full_hi, tile_base, kv_begin, kv_end,
     k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
     stride_ks, stride_kh, stride_kd, stride_kb,
     stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
@@ -225,20 +227,20 @@ def _attend_full_tiles_overlapped(
     tile, its missing keys read from page 0) and the result is dropped.
     """
     cols = tl.arange(0, BLOCK_N)
-    key = kv_begin + tl.minimum(tile_lo, tl.maximum(full_hi - 1, 0)) * BLOCK_N + cols
-    key_ok = key < kv_end
+    key = tile_base + tl.minimum(tile_lo, tl.maximum(full_hi - 1, 0)) * BLOCK_N + cols
+    key_ok = (key < kv_end) & (key >= kv_begin)
     k_off, _ = _kv_offsets(key, key_ok, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
                            stride_vs, stride_vh, stride_vb, stride_btb, PAGE_SIZE, True, False, OFFSETS_32)
     s = _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
                 False, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8)
     for t in range(tile_lo, full_hi):
-        key_next = kv_begin + tl.minimum(t + 1, full_hi - 1) * BLOCK_N + cols
+        key_next = tile_base + tl.minimum(t + 1, full_hi - 1) * BLOCK_N + cols
         k_off, _ = _kv_offsets(key_next, None, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
                                stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
         s_next = _scores(q, k_cache_ptr, k_off, None, dims, dim_ok, stride_kd, scale, softcap,
                          False, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8)
-        _, v_off = _kv_offsets(kv_begin + t * BLOCK_N + cols, None, bt_row, kv_head, stride_ks, stride_kh,
+        _, v_off = _kv_offsets(tile_base + t * BLOCK_N + cols, None, bt_row, kv_head, stride_ks, stride_kh,
                                stride_kb, stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
         acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, None, dims, dim_ok, stride_vd,
@@ -310,7 +312,7 @@ def paged_attention_kernel(
     # Key range of this tile: [kv_begin, kv_end).  Keys in [full_begin, full_end) are visible to
     # every row, so those tiles skip the mask entirely; only the tiles at the causal diagonal,
     # the sequence end and the window's lower edge (it moves by one key per row, so it spans the
-    # block's rows) run masked.
+    # block's rows) run masked.  Key tile t starts at key tile_base + t * BLOCK_N.
     tile_first_pos = first_pos + local_tile * BLOCK_Q
     kv_end = seq_len
     full_end = seq_len
@@ -318,14 +320,21 @@ def paged_attention_kernel(
         kv_end = tl.minimum(seq_len, tile_first_pos + BLOCK_Q)
         full_end = tl.minimum(seq_len, tile_first_pos + 1)
     kv_begin = 0
+    tile_base = 0
     head_tiles = 0
+    num_kv_tiles = tl.cdiv(kv_end, BLOCK_N)
     if USE_WINDOW:
         kv_begin = tl.maximum(0, tile_first_pos - window + 1)   # the first row's window
         tile_last_pos = tl.minimum(tile_first_pos + BLOCK_Q - 1, seq_len - 1)
         full_begin = tl.maximum(kv_begin, tile_last_pos - window + 1)  # ... the last row's
-        head_tiles = tl.cdiv(full_begin - kv_begin, BLOCK_N)
-    num_kv_tiles = tl.cdiv(kv_end - kv_begin, BLOCK_N)
-    num_full_tiles = tl.maximum(full_end - kv_begin, 0) // BLOCK_N
+        # The tiles end at kv_end, so the one partial tile lies at the window's lower edge, which
+        # is masked anyway: a window of W + BLOCK_Q - 1 keys (W a multiple of BLOCK_N) is then one
+        # partial edge tile of BLOCK_Q - 1 keys plus full tiles, as many masked tiles as a block
+        # without a window has at its end (a draft block: none but that one).
+        num_kv_tiles = tl.cdiv(kv_end - kv_begin, BLOCK_N)
+        tile_base = kv_end - num_kv_tiles * BLOCK_N
+        head_tiles = tl.cdiv(full_begin - tile_base, BLOCK_N)
+    num_full_tiles = tl.maximum(full_end - tile_base, 0) // BLOCK_N
     tile_lo = 0
     tile_hi = num_kv_tiles
     if NUM_SPLITS > 1:
@@ -349,18 +358,9 @@ def paged_attention_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
     bt_row = block_table_ptr + seq.to(tl.int64) * stride_bts
 
-    if USE_WINDOW:
-        for t in range(tile_lo, head_hi):
-            acc, l_i, m_i = _attend_tile(
-                acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
-                k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
-                stride_ks, stride_kh, stride_kd, stride_kb,
-                stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
-                dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
     if OVERLAP_QK:
         acc, l_i, m_i = _attend_full_tiles_overlapped(
-            acc, l_i, m_i, q, full_lo, full_hi, kv_begin, kv_end,
+            acc, l_i, m_i, q, full_lo, full_hi, tile_base, kv_begin, kv_end,
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
@@ -368,20 +368,35 @@ def paged_attention_kernel(
     else:
         for t in range(full_lo, full_hi):
             acc, l_i, m_i = _attend_tile(
-                acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
+                acc, l_i, m_i, q, t, tile_base, kv_begin, kv_end, q_pos, window,
                 k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
                 stride_ks, stride_kh, stride_kd, stride_kb,
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
                 dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
                 PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
-    for t in range(full_hi, tile_hi):
-        acc, l_i, m_i = _attend_tile(
-            acc, l_i, m_i, q, t, kv_begin, kv_end, q_pos, window,
-            k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
-            stride_ks, stride_kh, stride_kd, stride_kb,
-            stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
-            dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-            PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
+    if USE_WINDOW:
+        # The window's lower-edge tiles run last, in one short masked loop with those at the
+        # diagonal and the sequence end: the unmasked loop's pipeline starts at once instead of
+        # after a loop of its own (the online softmax does not depend on the order of tiles).
+        n_head = tl.maximum(head_hi - tile_lo, 0)
+        for i in range(0, n_head + tile_hi - full_hi):
+            t = tl.where(i < n_head, tile_lo + i, full_hi + i - n_head)
+            acc, l_i, m_i = _attend_tile(
+                acc, l_i, m_i, q, t, tile_base, kv_begin, kv_end, q_pos, window,
+                k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
+                stride_ks, stride_kh, stride_kd, stride_kb,
+                stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
+                dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
+                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
+    else:
+        for t in range(full_hi, tile_hi):
+            acc, l_i, m_i = _attend_tile(
+                acc, l_i, m_i, q, t, tile_base, kv_begin, kv_end, q_pos, window,
+                k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
+                stride_ks, stride_kh, stride_kd, stride_kb,
+                stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
+                dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
+                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
 
     has_keys = l_i > 0.0
     acc = acc / tl.where(has_keys, l_i, 1.0)[:, None]

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dflash_rocm_plugin import ops, reference
+from dflash_rocm_plugin.ops import launch_config
 from tests.core.cases import build, check_against_reference
 
 
@@ -210,11 +211,30 @@ def test_sliding_window_never_reads_blocks_that_left_it(causal, block_size):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("window", [64, 130, 257])
 @pytest.mark.parametrize("splits", [None, 1, 3])
-def test_long_windows_mask_only_their_edges(causal, window, splits):
-    """Windows spanning several key tiles: the tiles between the window's lower edge (which moves
-    one key per row of the block) and the diagonal run unmasked; the answer is unchanged."""
-    case = build([600, 333, 40], [16, 9, 16], num_q_heads=4, num_kv_heads=1)
-    check(case, causal=causal, sliding_window=window, num_kv_splits=splits)
+@pytest.mark.parametrize("block_n", [None, 16], ids=["bn-default", "bn16"])
+def test_long_windows_mask_only_their_edges(causal, window, splits, block_n):
+    """Windows spanning several key tiles: the tiles end at the block's last key, so the partial
+    tile sits at the window's lower edge (which moves one key per row of the block); the tiles
+    between it and the diagonal run unmasked, the edges last.  The answer is unchanged, and
+    pages wholly before every row's window (NaN) are never read."""
+    case = build([600, 333, 40, 17], [16, 9, 16, 1], num_q_heads=4, num_kv_heads=1)
+    for row, (s, q) in enumerate(zip(case.seq_lens.tolist(), [16, 9, 16, 1])):
+        gone = max(0, s - q - window + 1) // case.k_cache.shape[1]
+        case.k_cache[case.block_table[row, :gone].long()] = float("nan")
+        case.v_cache[case.block_table[row, :gone].long()] = float("nan")
+    with launch_config.forced(**({} if block_n is None else dict(block_n=block_n))):
+        out = check(case, causal=causal, sliding_window=window, num_kv_splits=splits)
+    assert torch.isfinite(out[: int(case.query_start_loc[-1])]).all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [2048, 2040, 100])
+def test_dflash2_window_block_of_8(causal, window):
+    """DFlash2: window 2048 and blocks of 8 over long contexts -- the window spans exactly one
+    partial edge tile plus whole tiles; a window that is no multiple of the tile, and one that
+    sees the whole of the shortest sequence, give the same answer as the reference."""
+    case = build([2300, 2055, 64], [8, 8, 8], num_q_heads=4, num_kv_heads=1, head_dim=16)
+    check(case, causal=causal, sliding_window=window)
 
 
 @pytest.mark.parametrize("causal", [False, True])
