@@ -80,62 +80,94 @@ FP8 = torch.float8_e4m3fn
 
 
 @st.composite
-def calls(draw):
-    """One call's arguments (tensors of zeros: nothing runs), over the features that change a launch."""
+def shapes(draw):
+    """Shapes several calls share, so that keys differing in one feature meet in one pool."""
     hq, hkv, d = draw(st.sampled_from([(4, 2, 32), (8, 1, 64), (6, 3, 16), (2, 2, 128)]))
     n = draw(st.integers(1, 4))
-    q_lens = draw(st.lists(st.integers(1, 20), min_size=n, max_size=n))
-    page = draw(st.sampled_from([1, 8, 16]))
-    width = draw(st.integers(1, 40))
-    dtype = draw(st.sampled_from([torch.float32, torch.float16, torch.bfloat16]))
+    return dict(hq=hq, hkv=hkv, d=d, n=n, q_lens=draw(st.lists(st.integers(1, 20), min_size=n, max_size=n)),
+                page=draw(st.sampled_from([1, 8, 16])), width=draw(st.integers(1, 40)),
+                dtype=draw(st.sampled_from([torch.float32, torch.float16, torch.bfloat16])),
+                pad=draw(st.integers(0, 3)), extra_rows=draw(st.integers(0, 2)))
+
+
+@st.composite
+def features(draw, s):
+    """What one call of shapes ``s`` adds to them: layouts, flags and optional arguments."""
     fp8 = draw(st.booleans())
-    cache_dtype = FP8 if fp8 else dtype
-    layout = draw(st.sampled_from(["contiguous", "heads_major", "offset"]))
+    return dict(
+        fp8=fp8, layout=draw(st.sampled_from(["contiguous", "heads_major", "offset"])),
+        v_padded=draw(st.booleans()), q_strided=draw(st.booleans()), table_strided=draw(st.booleans()), causal=draw(st.booleans()),
+        max_query_len=draw(st.none() | st.integers(0, 4)), num_kv_splits=draw(st.none() | st.integers(1, 6)),
+        sliding_window=draw(st.none() | st.integers(1, 300)), softcap=draw(st.sampled_from([None, 30, 50.0])),
+        scale=draw(st.sampled_from([None, 0.125, 1])), sinks=draw(st.booleans()),
+        k_scale=draw(st.sampled_from([None, 1, s["hkv"]])) if fp8 else None,
+        out=draw(st.sampled_from([None, "plain", "strided"])), workspace=draw(st.booleans()),
+        backend=draw(st.sampled_from([None, "triton", "auto"])))
+
+
+def make_call(s, f):
+    """The arguments of a call (tensors of zeros: nothing runs)."""
+    hq, hkv, d, n, q_lens, page, width, dtype = (s[k] for k in ("hq", "hkv", "d", "n", "q_lens", "page", "width",
+                                                                 "dtype"))
+    cache_dtype = FP8 if f["fp8"] else dtype
     blocks = n * width + 2
-    if layout == "heads_major":
+    if f["layout"] == "heads_major":
         k = torch.zeros(blocks, hkv, page, d, dtype=dtype).to(cache_dtype).transpose(1, 2)
         v = torch.zeros(blocks, hkv, page, d, dtype=dtype).to(cache_dtype).transpose(1, 2)
     else:
         k = torch.zeros(blocks + 1, page, hkv, d, dtype=dtype).to(cache_dtype)
         v = torch.zeros(blocks + 1, page, hkv, d, dtype=dtype).to(cache_dtype)
-        if layout == "offset":
+        if f["layout"] == "offset":
             k, v = k[1:], v[1:]
-    tokens = sum(q_lens) + draw(st.integers(0, 3))
+    if f["v_padded"]:  # V a view of wider rows than K's
+        v = torch.zeros(blocks, page, hkv, d + 16, dtype=dtype).to(cache_dtype)[..., :d]
+    tokens = sum(q_lens) + s["pad"]
     q = torch.zeros(tokens, hq, d, dtype=dtype)
-    if draw(st.booleans()):  # a strided view of a wider buffer, as hosts pass a slice of qkv
+    if f["q_strided"]:  # a strided view of a wider buffer, as hosts pass a slice of qkv
         q = torch.zeros(tokens, hq + hkv, d, dtype=dtype)[:, :hq]
     qsl = torch.zeros(n + 1, dtype=torch.int32)
     qsl[1:] = torch.tensor(q_lens, dtype=torch.int32).cumsum(0)
-    args = (q, k, v, torch.zeros(n + draw(st.integers(0, 2)), width, dtype=torch.int32),
-            torch.full((n,), page * width, dtype=torch.int32), qsl)
-    kw = dict(causal=draw(st.booleans()))
-    if draw(st.booleans()):
-        kw["max_query_len"] = max(q_lens) + draw(st.integers(0, 4))
-    if draw(st.booleans()):
-        kw["num_kv_splits"] = draw(st.integers(1, 6))
-    if draw(st.booleans()):
-        kw["sliding_window"] = draw(st.integers(1, 300))
-    if draw(st.booleans()):
-        kw["softcap"] = draw(st.sampled_from([30, 50.0]))
-    if draw(st.booleans()):
-        kw["scale"] = draw(st.sampled_from([0.125, 1]))
-    if draw(st.booleans()):
+    table = torch.zeros(n + s["extra_rows"], width, dtype=torch.int32)
+    if f["table_strided"]:
+        table = torch.zeros(n + s["extra_rows"], width + 3, dtype=torch.int32)[:, 1:width + 1]
+    args = (q, k, v, table, torch.full((n,), page * width, dtype=torch.int32), qsl)
+    kw = dict(causal=f["causal"], backend=f["backend"])
+    if f["max_query_len"] is not None:
+        kw["max_query_len"] = max(q_lens) + f["max_query_len"]
+    for name in ("num_kv_splits", "sliding_window", "softcap", "scale"):
+        if f[name] is not None:
+            kw[name] = f[name]
+    if f["sinks"]:
         kw["sinks"] = torch.zeros(hq, dtype=torch.float32)
-    if fp8 and draw(st.booleans()):
-        kw["k_scale"] = torch.ones(draw(st.sampled_from([1, hkv])))
-        kw["v_scale"] = torch.ones(1)
-    if draw(st.booleans()):
-        kw["out"] = torch.zeros_like(q)
-    if draw(st.booleans()):
+    if f["k_scale"] is not None:
+        kw["k_scale"], kw["v_scale"] = torch.ones(f["k_scale"]), torch.ones(1)
+    if f["out"] is not None:
+        kw["out"] = torch.zeros_like(q) if f["out"] == "plain" else torch.zeros(tokens, hq, d + 8, dtype=dtype)[..., :d]
+    if f["workspace"]:
         kw["workspace"] = torch.zeros(ops.workspace_floats(num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
                                                            max_num_seqs=n, max_kv_len=page * width) + 1)
-        kw["num_kv_splits"] = None
-    kw["backend"] = draw(st.sampled_from([None, "triton", "auto"]))
+        kw.pop("num_kv_splits", None)
     return args, kw
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(pool=st.lists(calls(), min_size=1, max_size=4), order=st.lists(st.integers(0, 3), min_size=1, max_size=10))
+@st.composite
+def pools(draw):
+    """Calls of one set of shapes, each differing from the first in at most two features."""
+    s = draw(shapes())
+    base = draw(features(s))
+    members = [base]
+    for _ in range(draw(st.integers(0, 3))):
+        other = draw(features(s))
+        changed = draw(st.sets(st.sampled_from(sorted(base)), min_size=1, max_size=2))
+        members.append({**base, **{k: other[k] for k in changed}})
+    for m in members:  # scales only with an fp8 cache
+        if not m["fp8"]:
+            m["k_scale"] = None
+    return [make_call(s, m) for m in members]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pool=pools(), order=st.lists(st.integers(0, 3), min_size=1, max_size=10))
 def test_cached_launches_equal_uncached_ones(recorder, pool, order):
     sequence = [pool[i % len(pool)] for i in order]
     call_cache.clear()
@@ -143,12 +175,31 @@ def test_cached_launches_equal_uncached_ones(recorder, pool, order):
     for args, kw in sequence:
         recorder.call(args, kw)
     cached = list(recorder.launches)
-    assert call_cache.size() <= len(pool)
+    assert 1 <= call_cache.size() <= len(pool)
     recorder.launches.clear()
     for args, kw in sequence:
         call_cache.clear()
         recorder.call(args, kw)
     assert cached == recorder.launches
+
+
+NAMED_CHANGES = [dict(out="plain"), dict(out="strided"), dict(v_padded=True), dict(layout="heads_major"),
+                 dict(layout="offset"), dict(q_strided=True), dict(table_strided=True), dict(workspace=True),
+                 dict(sinks=True), dict(fp8=True, k_scale=1), dict(fp8=True, k_scale=2), dict(num_kv_splits=3)]
+
+
+@pytest.mark.parametrize("change", NAMED_CHANGES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_one_change_of_layout_or_argument_is_a_new_key(recorder, change):
+    s = dict(hq=4, hkv=2, d=32, n=2, q_lens=[16, 1], page=16, width=8, dtype=torch.float16, pad=1, extra_rows=1)
+    base = dict(fp8=False, layout="contiguous", v_padded=False, q_strided=False, table_strided=False, causal=False,
+                max_query_len=None, num_kv_splits=None, sliding_window=None, softcap=None, scale=None,
+                sinks=False, k_scale=None, out=None, workspace=False, backend=None)
+    pool = [make_call(s, base), make_call(s, {**base, **change})]
+    test_cached_launches_equal_uncached_ones.hypothesis.inner_test(recorder, pool, [0, 1, 0, 1])
+    call_cache.clear()
+    for args, kw in pool:
+        recorder.call(args, kw)
+    assert call_cache.size() == 2
 
 
 def _small():
@@ -181,6 +232,7 @@ def test_a_tuned_file_written_later_applies_to_a_cached_key(recorder, tmp_path, 
     clear_tuned_caches()
     ops.paged_attention(*args, **kw)
     ops.paged_attention(*args, **kw)
+    assert call_cache.size() == 1
     plain = _attention_constexprs(recorder)
     q, batch, context, page = ops.tuned_bucket(num_tokens=17, num_seqs=2, max_query_len=16,
                                                kv_keys=args[3].shape[1] * 16, page_size=16)
@@ -212,6 +264,15 @@ def test_bad_arguments_are_refused_after_the_good_call_was_cached(recorder, arg,
         bad_call(**override)
     assert message in str(e.value)
     assert len(recorder.launches) == launched  # refused before any launch
+
+
+@pytest.mark.parametrize("name,good,bad", [("max_query_len", 16, 16.0), ("sliding_window", 1, True),
+                                            ("num_kv_splits", 2, 2.0), ("max_query_len", 1, True)])
+def test_a_value_of_another_type_is_not_a_cached_key(recorder, name, good, bad):
+    bad_call(**{name: good})
+    bad_call(**{name: good})
+    with pytest.raises(ValueError, match=f"{name} must be a positive int"):
+        bad_call(**{name: bad})
 
 
 def test_cpu_tensors_without_the_interpreter_are_refused_on_a_cached_key(recorder, monkeypatch):
