@@ -120,7 +120,7 @@ def make_call(s, f):
         if f["layout"] == "offset":
             k, v = k[1:], v[1:]
     if f["v_padded"]:  # V a view of wider rows than K's
-        v = torch.zeros(blocks, page, hkv, d + 16, dtype=dtype).to(cache_dtype)[..., :d]
+        v = torch.zeros(*k.shape[:3], d + 16, dtype=dtype).to(cache_dtype)[..., :d]
     tokens = sum(q_lens) + s["pad"]
     q = torch.zeros(tokens, hq, d, dtype=dtype)
     if f["q_strided"]:  # a strided view of a wider buffer, as hosts pass a slice of qkv
