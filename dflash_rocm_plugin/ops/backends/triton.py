@@ -84,7 +84,8 @@ def launch(prepared: Launch, q, k_cache, v_cache, out, block_table, seq_lens, qu
     if prepared.soft:
         k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
     if prepared.partials is not None:
-        p_out, p_lse = workspace.partials(q.device, *prepared.partials, given_workspace)
+        # Flat tensors at the views' starts: the kernels read them through the strides in ``ints``.
+        p_out, p_lse = workspace.scratch(q.device, *prepared.partials, given_workspace)
     else:
         p_out = p_lse = out  # not read when there is one split
     kernels, _ = _runtime.kernels()
