@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from dflash_rocm_plugin.ops import _runtime, launch_config, workspace
+from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher
 from dflash_rocm_plugin.ops.call import AttentionCall
 
 NAME = "triton"
@@ -36,7 +37,7 @@ class Launch:
     """Everything of a call's Triton launches that its shapes decide (``ops/call_cache.py``)."""
 
     __slots__ = ("cfg", "soft", "grid", "ints", "constexprs", "merge_grid", "merge_ints", "merge_constexprs",
-                 "partials")
+                 "partials", "attention_launch", "merge_launch")
 
     def __init__(self, call: AttentionCall):
         cfg = self.cfg = plan(call)
@@ -76,6 +77,7 @@ class Launch:
             NUM_SPLITS=cfg.num_splits, SPLITS_PAD=max(2, _runtime.next_power_of_2(cfg.num_splits)),
             num_warps=cfg.merge_warps,
         )
+        self.attention_launch, self.merge_launch = Relauncher(), Relauncher()
 
 
 def launch(prepared: Launch, q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, sinks, k_scale,
@@ -90,14 +92,15 @@ def launch(prepared: Launch, q, k_cache, v_cache, out, block_table, seq_lens, qu
         p_out = p_lse = out  # not read when there is one split
     kernels, _ = _runtime.kernels()
     unused = q  # a valid pointer for switched-off operands
-    kernels.paged_attention_kernel[prepared.grid](
-        q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, p_out, p_lse,
-        unused if sinks is None else sinks, unused if k_scale is None else k_scale,
-        unused if v_scale is None else v_scale,
-        *prepared.ints, **prepared.constexprs)
+    prepared.attention_launch(
+        kernels.paged_attention_kernel, prepared.grid,
+        (q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, p_out, p_lse,
+         unused if sinks is None else sinks, unused if k_scale is None else k_scale,
+         unused if v_scale is None else v_scale),
+        prepared.ints, prepared.constexprs)
     if prepared.partials is not None:
-        kernels.merge_splits_kernel[prepared.merge_grid](
-            out, p_out, p_lse, query_start_loc, *prepared.merge_ints, **prepared.merge_constexprs)
+        prepared.merge_launch(kernels.merge_splits_kernel, prepared.merge_grid, (out, p_out, p_lse, query_start_loc),
+                              prepared.merge_ints, prepared.merge_constexprs)
 
 
 def run(call: AttentionCall) -> None:
