@@ -72,7 +72,7 @@ def paged_attention(
                          workspace, causal, scale, sliding_window, softcap, max_query_len, num_kv_splits, backend)
     prepared = call_cache.get(key)
     if prepared is not None:
-        _runtime.require_launchable(q.device)  # TRITON_INTERPRET, for CPU tensors
+        _runtime.require_launchable(q.device)  # reads TRITON_INTERPRET for CPU tensors
         if out is None:
             out = torch.empty_like(q)
         backends.run_prepared(prepared, backend, q, k_cache, v_cache, block_table, seq_lens, query_start_loc,

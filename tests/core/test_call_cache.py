@@ -330,3 +330,17 @@ def test_aiter_keeps_serving_a_cached_key_under_auto_on_rocm(monkeypatch, clean_
     run_checked(case)
     run_checked(case)
     assert len(fake.calls) == 4
+
+
+def test_a_key_cached_off_rocm_still_reaches_aiter_on_rocm(monkeypatch, clean_aiter_state):
+    from tests.core.test_aiter_selection import FakeAiter, run_checked, small_case
+    from dflash_rocm_plugin.ops.backends import aiter as aiter_backend
+    call_cache.clear()
+    case = small_case()
+    run_checked(case)
+    assert call_cache.size() == 1
+    monkeypatch.setattr(_runtime, "is_rocm", lambda: True)
+    monkeypatch.setattr(aiter_backend, "_on_gpu", lambda t: True)
+    fake = FakeAiter(monkeypatch)
+    run_checked(case)
+    assert len(fake.calls) == 1 and call_cache.size() == 1

@@ -58,7 +58,7 @@ def run_attention(call: AttentionCall, backend: str | None) -> str:
     chosen = policy(backend, ATTENTION_ENV, ATTENTION_CHOICES)
     if chosen == "auto" and _runtime.is_rocm() and tuned_backend(
             device_index=call.q.device.index, heads=(call.num_q_heads, call.num_kv_heads, call.head_dim),
-            dtype=call.q.dtype, kv_cache_dtype=call.k_cache.dtype, causal=call.causal,
+                dtype=call.q.dtype, kv_cache_dtype=call.k_cache.dtype, causal=call.causal,
             num_tokens=call.num_tokens, num_seqs=call.num_seqs, max_query_len=call.max_query_len,
             kv_keys=call.kv_capacity, page_size=call.page_size) == triton.NAME:
         chosen = triton.NAME
@@ -79,18 +79,21 @@ class Prepared:
         self.triton = triton.Launch(call)
         # Under ``auto`` on ROCm, whether AITER may take the call (then it is routed in full, per call:
         # AITER can be disabled at run time); False keeps it on Triton, as run_attention would.
-        self.aiter_may_serve = aiter.attention_problem(call) is None and tuned_backend(
-            device_index=call.q.device.index, heads=(call.num_q_heads, call.num_kv_heads, call.head_dim),
-            dtype=call.q.dtype, kv_cache_dtype=call.k_cache.dtype, causal=call.causal,
-            num_tokens=call.num_tokens, num_seqs=call.num_seqs, max_query_len=call.max_query_len,
-            kv_keys=call.kv_capacity, page_size=call.page_size) != triton.NAME
+        # Off ROCm it is not worked out (None: routed in full should the platform say ROCm).
+        self.aiter_may_serve = None
+        if _runtime.is_rocm():
+            self.aiter_may_serve = aiter.attention_problem(call) is None and tuned_backend(
+                device_index=call.q.device.index, heads=(call.num_q_heads, call.num_kv_heads, call.head_dim),
+                dtype=call.q.dtype, kv_cache_dtype=call.k_cache.dtype, causal=call.causal,
+                num_tokens=call.num_tokens, num_seqs=call.num_seqs, max_query_len=call.max_query_len,
+                kv_keys=call.kv_capacity, page_size=call.page_size) != triton.NAME
 
 
 def run_prepared(p: Prepared, backend: str | None, q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
                  out, workspace, sinks, k_scale, v_scale) -> str:
     """``run_attention`` for a call of a prepared key: the same choice, without rebuilding the launch."""
     chosen = policy(backend, ATTENTION_ENV, ATTENTION_CHOICES)
-    if chosen == "triton" or (chosen == "auto" and not (p.aiter_may_serve and _runtime.is_rocm())):
+    if chosen == "triton" or (chosen == "auto" and (p.aiter_may_serve is False or not _runtime.is_rocm())):
         triton.launch(p.triton, q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, sinks, k_scale,
                       v_scale, workspace)
         return triton.NAME
