@@ -15,6 +15,8 @@ Platform facts (multiprocessor count, shared memory) are process constants.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from dflash_rocm_plugin.ops import _runtime, launch_config, tuned
@@ -24,6 +26,7 @@ from dflash_rocm_plugin.ops import _runtime, launch_config, tuned
 MAX_ENTRIES = 256
 
 _entries: dict = {}
+_lock = threading.Lock()  # for inserts and evictions; lookups are single dict reads
 # The tuned tables named (by id) in keys, kept alive so that no later table can reuse an id.
 _tables: dict = {}
 _Tensor = torch.Tensor
@@ -87,17 +90,20 @@ def put(k, entry) -> None:
     table = tuned.current(k[-3])
     if id(table) != k[-2]:
         return  # the tuned files changed during the call
-    if len(_tables) >= MAX_ENTRIES:
-        clear()
-    _tables[id(table)] = table
-    while len(_entries) >= MAX_ENTRIES:
-        _entries.pop(next(iter(_entries)), None)
-    _entries[k] = entry
+    with _lock:
+        if len(_tables) >= MAX_ENTRIES:
+            _entries.clear()
+            _tables.clear()
+        _tables[id(table)] = table
+        while len(_entries) >= MAX_ENTRIES:
+            _entries.pop(next(iter(_entries)), None)
+        _entries[k] = entry
 
 
 def clear() -> None:
-    _entries.clear()
-    _tables.clear()
+    with _lock:
+        _entries.clear()
+        _tables.clear()
 
 
 def size() -> int:

@@ -47,21 +47,23 @@ class Launch:
         # queries convert to fp16 for the dots: half the conversion work of bf16 (kernel docstring).
         fp16_dots = call.fp8 and q.dtype == torch.bfloat16
         upcast = q.dtype == torch.bfloat16 and not fp16_dots and _runtime.interpreting()
-        split = cfg.num_splits > 1
+        tokens, hq, d = q.shape
+        seqs, hkv, splits = call.num_seqs, k_cache.shape[2], cfg.num_splits
         # (splits, tokens, heads, head_dim) of the workspace views, or None with one split.
-        self.partials = (cfg.num_splits, call.num_tokens, call.num_q_heads, call.head_dim) if split else None
-        partial_strides = _partial_strides(cfg.num_splits, call.num_tokens, call.num_q_heads, call.head_dim)
+        self.partials = (splits, tokens, hq, d) if splits > 1 else None
+        partial_strides = _partial_strides(splits, tokens, hq, d)
         scale_per_head = [1 if s is not None and s.numel() > 1 else 0 for s in (call.k_scale, call.v_scale)]
-        self.grid = (call.num_tokens // cfg.block_q + call.num_seqs, call.num_kv_heads, cfg.num_splits)
+        self.grid = (tokens // cfg.block_q + seqs, hkv, splits)
+        out_strides = out.stride()
         # A uint8 view of an fp8 cache has the same strides.
-        self.ints = (*scale_per_head, call.scale, call.softcap, call.window, call.num_seqs,
-                     *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(),
+        self.ints = (*scale_per_head, call.scale, call.softcap, call.window, seqs,
+                     *q.stride(), *k_cache.stride(), *v_cache.stride(), *out_strides,
                      *call.block_table.stride(), *partial_strides)
         self.constexprs = dict(
-            HEAD_DIM=call.head_dim, HEAD_DIM_PAD=cfg.head_dim_pad,
-            GQA=call.num_q_heads // call.num_kv_heads, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m,
-            BLOCK_N=cfg.block_n, PAGE_SIZE=call.page_size, CAUSAL=call.causal, USE_WINDOW=call.window > 0,
-            USE_SOFTCAP=call.softcap > 0.0, NUM_SPLITS=cfg.num_splits,
+            HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad,
+            GQA=hq // hkv, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n, PAGE_SIZE=k_cache.shape[1], CAUSAL=call.causal, USE_WINDOW=call.window > 0,
+            USE_SOFTCAP=call.softcap > 0.0, NUM_SPLITS=splits,
             DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
             PAGE_IDS_ASM=cfg.page_ids_asm, OVERLAP_QK=cfg.overlap_qk,
             OFFSETS_32=cfg.offsets_32 and _fits_int32(k_cache) and _fits_int32(v_cache),
@@ -70,11 +72,11 @@ class Launch:
             SOFT_FP8=soft, UPCAST_DOTS=upcast, FP16_DOTS=fp16_dots,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
-        self.merge_grid = (call.num_tokens, call.num_q_heads)
-        self.merge_ints = (call.num_seqs, *out.stride(), *partial_strides)
+        self.merge_grid = (tokens, hq)
+        self.merge_ints = (seqs, *out_strides, *partial_strides)
         self.merge_constexprs = dict(
-            HEAD_DIM=call.head_dim, HEAD_DIM_PAD=cfg.head_dim_pad,
-            NUM_SPLITS=cfg.num_splits, SPLITS_PAD=max(2, _runtime.next_power_of_2(cfg.num_splits)),
+            HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad,
+            NUM_SPLITS=splits, SPLITS_PAD=max(2, _runtime.next_power_of_2(splits)),
             num_warps=cfg.merge_warps,
         )
         self.attention_launch, self.merge_launch = Relauncher(), Relauncher()
