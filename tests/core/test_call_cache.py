@@ -53,13 +53,13 @@ class Recorder:
     def seen(self, a):
         if not isinstance(a, torch.Tensor):
             return (type(a).__name__, a)
-        where = "allocated"  # out=None, or the fallback workspace: fresh memory
         for name, t in self.known.items():
             base = t.untyped_storage().data_ptr()
             if base <= a.data_ptr() < base + t.untyped_storage().nbytes():
-                where = (name, a.data_ptr() - base)
-                break
-        return ("tensor", where, tuple(a.shape), a.stride(), a.dtype)
+                return ("tensor", (name, a.data_ptr() - base), tuple(a.shape), a.stride(), a.dtype)
+        # out=None, or the fallback workspace (whose size depends on what ran before): fresh memory,
+        # read through the strides passed as integers.
+        return ("tensor", "allocated", a.dtype)
 
     def call(self, args, kw):
         self.known = {f"arg{i}": t for i, t in enumerate(args)}
