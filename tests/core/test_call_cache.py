@@ -183,17 +183,21 @@ def test_cached_launches_equal_uncached_ones(recorder, pool, order):
     assert cached == recorder.launches
 
 
-NAMED_CHANGES = [dict(out="plain"), dict(out="strided"), dict(v_padded=True), dict(layout="heads_major"),
-                 dict(layout="offset"), dict(q_strided=True), dict(table_strided=True), dict(workspace=True),
-                 dict(sinks=True), dict(fp8=True, k_scale=1), dict(fp8=True, k_scale=2), dict(num_kv_splits=3)]
+# (what the first call has beyond the base, what the second changes)
+NAMED_CHANGES = [({}, dict(out="plain")), ({}, dict(out="strided")), (dict(out="plain"), dict(out="strided")),
+                 ({}, dict(v_padded=True)), ({}, dict(layout="heads_major")), ({}, dict(layout="offset")),
+                 ({}, dict(q_strided=True)), ({}, dict(table_strided=True)), ({}, dict(workspace=True)),
+                 ({}, dict(sinks=True)), ({}, dict(fp8=True, k_scale=1)), ({}, dict(fp8=True, k_scale=2)),
+                 (dict(fp8=True, k_scale=1), dict(k_scale=2)), ({}, dict(num_kv_splits=3))]
 
 
-@pytest.mark.parametrize("change", NAMED_CHANGES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_one_change_of_layout_or_argument_is_a_new_key(recorder, change):
+@pytest.mark.parametrize("first,change", NAMED_CHANGES,
+                         ids=[",".join(f"{k}={v}" for k, v in {**a, **b}.items()) for a, b in NAMED_CHANGES])
+def test_one_change_of_layout_or_argument_is_a_new_key(recorder, first, change):
     s = dict(hq=4, hkv=2, d=32, n=2, q_lens=[16, 1], page=16, width=8, dtype=torch.float16, pad=1, extra_rows=1)
-    base = dict(fp8=False, layout="contiguous", v_padded=False, q_strided=False, table_strided=False, causal=False,
-                max_query_len=None, num_kv_splits=None, sliding_window=None, softcap=None, scale=None,
-                sinks=False, k_scale=None, out=None, workspace=False, backend=None)
+    base = dict(dict(fp8=False, layout="contiguous", v_padded=False, q_strided=False, table_strided=False,
+                     causal=False, max_query_len=None, num_kv_splits=None, sliding_window=None, softcap=None,
+                     scale=None, sinks=False, k_scale=None, out=None, workspace=False, backend=None), **first)
     pool = [make_call(s, base), make_call(s, {**base, **change})]
     test_cached_launches_equal_uncached_ones.hypothesis.inner_test(recorder, pool, [0, 1, 0, 1])
     call_cache.clear()
