@@ -96,7 +96,13 @@ def gpu_arch(device_index: int | None = None) -> str:
     return f"sm_{props.major}{props.minor}"
 
 
+_kernels = None
+
+
 def kernels():
     """Import the Triton kernels lazily, so TRITON_INTERPRET can be set first."""
-    from dflash_rocm_plugin.kernels import kv_cache, paged_attention
-    return paged_attention, kv_cache
+    global _kernels
+    if _kernels is None:
+        from dflash_rocm_plugin.kernels import kv_cache, paged_attention
+        _kernels = paged_attention, kv_cache
+    return _kernels

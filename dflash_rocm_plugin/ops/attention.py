@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dflash_rocm_plugin.ops import _runtime, _validate, backends, launch_config, support
+from dflash_rocm_plugin.ops import _runtime, _validate, backends, call_cache, launch_config, support
 from dflash_rocm_plugin.ops.call import AttentionCall
 
 
@@ -67,6 +67,17 @@ def paged_attention(
     Returns:
         ``out``: ``[num_tokens, num_q_heads, head_dim]`` in ``q.dtype``.
     """
+    # A call of a key seen before passed every check below and reuses its launch (ops/call_cache.py).
+    key = call_cache.key(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, sinks, k_scale, v_scale, out,
+                         workspace, causal, scale, sliding_window, softcap, max_query_len, num_kv_splits, backend)
+    prepared = call_cache.get(key)
+    if prepared is not None:
+        _runtime.require_launchable(q.device)  # reads TRITON_INTERPRET for CPU tensors
+        if out is None:
+            out = torch.empty_like(q)
+        backends.run_prepared(prepared, backend, q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
+                              out, workspace, sinks, k_scale, v_scale)
+        return out
     _validate.tensor("q", q, ndim=3, dtypes=_validate.ATTENTION_DTYPES)
     device = q.device
     _runtime.require_launchable(device)
@@ -130,5 +141,11 @@ def paged_attention(
                          scale=scale, window=window, softcap=cap, max_query_len=max_query_len,
                          num_kv_splits=num_kv_splits, workspace=workspace, sinks=sinks,
                          k_scale=k_scale, v_scale=v_scale)
-    backends.run_attention(call, backend)
+    if key is None:
+        backends.run_attention(call, backend)
+        return out
+    prepared = backends.Prepared(call)
+    backends.run_prepared(prepared, backend, q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
+                          out, workspace, sinks, k_scale, v_scale)
+    call_cache.put(key, prepared)  # after a launch that did not raise
     return out

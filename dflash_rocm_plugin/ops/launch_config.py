@@ -77,6 +77,11 @@ def forced(**fields):
         _forced.update(saved)
 
 
+def forced_fields() -> tuple:
+    """The fields ``forced`` sets now, as a key."""
+    return tuple(_forced.items()) if _forced else ()
+
+
 def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int, int]:
     """(BLOCK_N, num_warps, num_stages) for one architecture family."""
     if arch.startswith("gfx"):

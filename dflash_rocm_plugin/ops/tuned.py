@@ -81,10 +81,15 @@ def table(arch: str, sources: tuple[str, ...]) -> dict:
     return merged
 
 
+def current(arch: str) -> dict:
+    """The table in force for ``arch`` now: a new object whenever the files or sources change."""
+    return table(arch, _sources)
+
+
 def lookup(arch: str, *, heads, dtype, kv_cache_dtype, causal: bool, num_tokens: int, num_seqs: int,
            max_query_len: int | None, kv_keys: int, page_size: int | None):
     """The tuned Entry for a call of these shapes, or None (the chooser's rules apply)."""
-    found = table(arch, _sources)
+    found = current(arch)
     if not found:
         return None
     bucket = tuned_file.bucket(num_tokens=num_tokens, num_seqs=num_seqs, max_query_len=max_query_len,

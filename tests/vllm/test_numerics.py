@@ -179,8 +179,8 @@ def test_split_kv_decode_uses_the_builders_workspace(backends, layer, monkeypatc
     plugin_builder = backends[0]
     assert plugin_builder.workspace is not None and plugin_builder.workspace.dtype == torch.float32
     used = []
-    real = workspace.partials
-    monkeypatch.setattr(workspace, "partials", lambda *a: used.append(a[-1]) or real(*a))
+    real = workspace.scratch
+    monkeypatch.setattr(workspace, "scratch", lambda *a: used.append(a[-1]) or real(*a))
     monkeypatch.setattr(workspace, "_get", lambda *a: pytest.fail("the fallback buffer was used"))
     batch = kv_batches.build([700, 300], [1, 1], causal=True, layout=KVCacheLayout.LBNHC, seed=5)
     check(backends, layer, batch, torch.float32)

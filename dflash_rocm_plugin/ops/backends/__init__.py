@@ -58,7 +58,7 @@ def run_attention(call: AttentionCall, backend: str | None) -> str:
     chosen = policy(backend, ATTENTION_ENV, ATTENTION_CHOICES)
     if chosen == "auto" and _runtime.is_rocm() and tuned_backend(
             device_index=call.q.device.index, heads=(call.num_q_heads, call.num_kv_heads, call.head_dim),
-            dtype=call.q.dtype, kv_cache_dtype=call.k_cache.dtype, causal=call.causal,
+                dtype=call.q.dtype, kv_cache_dtype=call.k_cache.dtype, causal=call.causal,
             num_tokens=call.num_tokens, num_seqs=call.num_seqs, max_query_len=call.max_query_len,
             kv_keys=call.kv_capacity, page_size=call.page_size) == triton.NAME:
         chosen = triton.NAME
@@ -66,6 +66,42 @@ def run_attention(call: AttentionCall, backend: str | None) -> str:
         return aiter.NAME
     triton.run(call)
     return triton.NAME
+
+
+class Prepared:
+    """A validated call's launch and backend facts, for calls of the same key (``ops/call_cache.py``)."""
+
+    __slots__ = ("scale", "window", "softcap", "max_query_len", "num_kv_splits", "causal", "triton", "aiter_may_serve")
+
+    def __init__(self, call: AttentionCall):
+        self.scale, self.window, self.softcap = call.scale, call.window, call.softcap
+        self.max_query_len, self.num_kv_splits, self.causal = call.max_query_len, call.num_kv_splits, call.causal
+        self.triton = triton.Launch(call)
+        # Under ``auto`` on ROCm, whether AITER may take the call (then it is routed in full, per call:
+        # AITER can be disabled at run time); False keeps it on Triton, as run_attention would.
+        # Off ROCm it is not worked out (None: routed in full should the platform say ROCm).
+        self.aiter_may_serve = None
+        if _runtime.is_rocm():
+            self.aiter_may_serve = aiter.attention_problem(call) is None and tuned_backend(
+                device_index=call.q.device.index, heads=(call.num_q_heads, call.num_kv_heads, call.head_dim),
+                dtype=call.q.dtype, kv_cache_dtype=call.k_cache.dtype, causal=call.causal,
+                num_tokens=call.num_tokens, num_seqs=call.num_seqs, max_query_len=call.max_query_len,
+                kv_keys=call.kv_capacity, page_size=call.page_size) != triton.NAME
+
+
+def run_prepared(p: Prepared, backend: str | None, q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
+                 out, workspace, sinks, k_scale, v_scale) -> str:
+    """``run_attention`` for a call of a prepared key: the same choice, without rebuilding the launch."""
+    chosen = policy(backend, ATTENTION_ENV, ATTENTION_CHOICES)
+    if chosen == "triton" or (chosen == "auto" and (p.aiter_may_serve is False or not _runtime.is_rocm())):
+        triton.launch(p.triton, q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, sinks, k_scale,
+                      v_scale, workspace)
+        return triton.NAME
+    call = AttentionCall(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, out, causal=p.causal,
+                         scale=p.scale, window=p.window, softcap=p.softcap, max_query_len=p.max_query_len,
+                         num_kv_splits=p.num_kv_splits, workspace=workspace, sinks=sinks,
+                         k_scale=k_scale, v_scale=v_scale)
+    return run_attention(call, backend)
 
 
 def run_greedy(logits: torch.Tensor, out: torch.Tensor | None, backend: str | None) -> torch.Tensor | None:

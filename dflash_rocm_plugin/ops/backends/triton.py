@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from dflash_rocm_plugin.ops import _runtime, launch_config, workspace
+from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher
 from dflash_rocm_plugin.ops.call import AttentionCall
 
 NAME = "triton"
@@ -32,55 +33,81 @@ def soft_fp8(cache_dtype, device_index) -> int:
     return 0 if (code == 2) == native_fnuz else code
 
 
-def run(call: AttentionCall) -> None:
-    cfg = plan(call)
-    q, out, k_cache, v_cache = call.q, call.out, call.k_cache, call.v_cache
-    soft = soft_fp8(k_cache.dtype, q.device.index)
-    if soft:
+class Launch:
+    """Everything of a call's Triton launches that its shapes decide (``ops/call_cache.py``)."""
+
+    __slots__ = ("cfg", "soft", "grid", "ints", "constexprs", "merge_grid", "merge_ints", "merge_constexprs",
+                 "partials", "attention_launch", "merge_launch")
+
+    def __init__(self, call: AttentionCall):
+        cfg = self.cfg = plan(call)
+        q, out, k_cache, v_cache = call.q, call.out, call.k_cache, call.v_cache
+        self.soft = soft = soft_fp8(k_cache.dtype, q.device.index)
+        # The interpreter's bf16 dots are wrong; it runs them in fp32.  fp8 tiles under bf16
+        # queries convert to fp16 for the dots: half the conversion work of bf16 (kernel docstring).
+        fp16_dots = call.fp8 and q.dtype == torch.bfloat16
+        upcast = q.dtype == torch.bfloat16 and not fp16_dots and _runtime.interpreting()
+        tokens, hq, d = q.shape
+        seqs, hkv, splits = call.num_seqs, k_cache.shape[2], cfg.num_splits
+        # (splits, tokens, heads, head_dim) of the workspace views, or None with one split.
+        self.partials = (splits, tokens, hq, d) if splits > 1 else None
+        partial_strides = _partial_strides(splits, tokens, hq, d)
+        scale_per_head = [1 if s is not None and s.numel() > 1 else 0 for s in (call.k_scale, call.v_scale)]
+        self.grid = (tokens // cfg.block_q + seqs, hkv, splits)
+        out_strides = out.stride()
+        # A uint8 view of an fp8 cache has the same strides.
+        self.ints = (*scale_per_head, call.scale, call.softcap, call.window, seqs,
+                     *q.stride(), *k_cache.stride(), *v_cache.stride(), *out_strides,
+                     *call.block_table.stride(), *partial_strides)
+        self.constexprs = dict(
+            HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad,
+            GQA=hq // hkv, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n, PAGE_SIZE=k_cache.shape[1], CAUSAL=call.causal, USE_WINDOW=call.window > 0,
+            USE_SOFTCAP=call.softcap > 0.0, NUM_SPLITS=splits,
+            DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
+            PAGE_IDS_ASM=cfg.page_ids_asm, OVERLAP_QK=cfg.overlap_qk,
+            OFFSETS_32=cfg.offsets_32 and _fits_int32(k_cache) and _fits_int32(v_cache),
+            USE_SINKS=call.sinks is not None, USE_K_SCALE=call.k_scale is not None,
+            USE_V_SCALE=call.v_scale is not None,
+            SOFT_FP8=soft, UPCAST_DOTS=upcast, FP16_DOTS=fp16_dots,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+        self.merge_grid = (tokens, hq)
+        self.merge_ints = (seqs, *out_strides, *partial_strides)
+        self.merge_constexprs = dict(
+            HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad,
+            NUM_SPLITS=splits, SPLITS_PAD=max(2, _runtime.next_power_of_2(splits)),
+            num_warps=cfg.merge_warps,
+        )
+        self.attention_launch, self.merge_launch = Relauncher(), Relauncher()
+
+
+def launch(prepared: Launch, q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, sinks, k_scale,
+           v_scale, given_workspace) -> None:
+    """Run a prepared launch on this call's tensors (of the shapes it was prepared for)."""
+    if prepared.soft:
         k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
-    # The interpreter's bf16 dots are wrong; it runs them in fp32.  fp8 tiles under bf16
-    # queries convert to fp16 for the dots: half the conversion work of bf16 (kernel docstring).
-    fp16_dots = call.fp8 and q.dtype == torch.bfloat16
-    upcast = _runtime.interpreting() and q.dtype == torch.bfloat16 and not fp16_dots
-    unused = q  # a valid pointer for switched-off operands
-    scales = [(s, s is not None, 1 if s is not None and s.numel() > 1 else 0) for s in (call.k_scale, call.v_scale)]
-    if cfg.num_splits > 1:
-        p_out, p_lse = workspace.partials(q.device, cfg.num_splits, call.num_tokens, call.num_q_heads,
-                                          call.head_dim, call.workspace)
+    if prepared.partials is not None:
+        # Flat tensors at the views' starts: the kernels read them through the strides in ``ints``.
+        p_out, p_lse = workspace.scratch(q.device, *prepared.partials, given_workspace)
     else:
         p_out = p_lse = out  # not read when there is one split
     kernels, _ = _runtime.kernels()
-    grid = (call.num_tokens // cfg.block_q + call.num_seqs, call.num_kv_heads, cfg.num_splits)
-    kernels.paged_attention_kernel[grid](
-        q, k_cache, v_cache, out,
-        call.block_table, call.seq_lens, call.query_start_loc,
-        p_out, p_lse,
-        unused if call.sinks is None else call.sinks,
-        unused if call.k_scale is None else call.k_scale, unused if call.v_scale is None else call.v_scale,
-        scales[0][2], scales[1][2],
-        call.scale, call.softcap, call.window, call.num_seqs,
-        *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(),
-        *call.block_table.stride(),
-        *_partial_strides(p_out, p_lse, cfg.num_splits),
-        HEAD_DIM=call.head_dim, HEAD_DIM_PAD=cfg.head_dim_pad,
-        GQA=call.num_q_heads // call.num_kv_heads, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n, PAGE_SIZE=call.page_size, CAUSAL=call.causal, USE_WINDOW=call.window > 0,
-        USE_SOFTCAP=call.softcap > 0.0, NUM_SPLITS=cfg.num_splits,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
-        PAGE_IDS_ASM=cfg.page_ids_asm, OVERLAP_QK=cfg.overlap_qk,
-        OFFSETS_32=cfg.offsets_32 and _fits_int32(k_cache) and _fits_int32(v_cache),
-        USE_SINKS=call.sinks is not None, USE_K_SCALE=scales[0][1], USE_V_SCALE=scales[1][1],
-        SOFT_FP8=soft, UPCAST_DOTS=upcast, FP16_DOTS=fp16_dots,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
-    if cfg.num_splits > 1:
-        kernels.merge_splits_kernel[(call.num_tokens, call.num_q_heads)](
-            out, p_out, p_lse, call.query_start_loc, call.num_seqs,
-            *out.stride(), *_partial_strides(p_out, p_lse, cfg.num_splits),
-            HEAD_DIM=call.head_dim, HEAD_DIM_PAD=cfg.head_dim_pad,
-            NUM_SPLITS=cfg.num_splits, SPLITS_PAD=max(2, _runtime.next_power_of_2(cfg.num_splits)),
-            num_warps=cfg.merge_warps,
-        )
+    unused = q  # a valid pointer for switched-off operands
+    prepared.attention_launch(
+        kernels.paged_attention_kernel, prepared.grid,
+        (q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, p_out, p_lse,
+         unused if sinks is None else sinks, unused if k_scale is None else k_scale,
+         unused if v_scale is None else v_scale),
+        prepared.ints, prepared.constexprs)
+    if prepared.partials is not None:
+        prepared.merge_launch(kernels.merge_splits_kernel, prepared.merge_grid, (out, p_out, p_lse, query_start_loc),
+                              prepared.merge_ints, prepared.merge_constexprs)
+
+
+def run(call: AttentionCall) -> None:
+    launch(Launch(call), call.q, call.k_cache, call.v_cache, call.out, call.block_table, call.seq_lens,
+           call.query_start_loc, call.sinks, call.k_scale, call.v_scale, call.workspace)
 
 
 def _fits_int32(cache: torch.Tensor) -> bool:
@@ -88,7 +115,9 @@ def _fits_int32(cache: torch.Tensor) -> bool:
     return sum((n - 1) * abs(st) for n, st in zip(cache.shape, cache.stride())) < 2**31
 
 
-def _partial_strides(p_out: torch.Tensor, p_lse: torch.Tensor, num_splits: int):
+def _partial_strides(num_splits: int, num_tokens: int, num_q_heads: int, head_dim: int):
+    """Strides of the contiguous workspace views ``workspace.partials`` makes: out [S, T, H, D], lse [S, T, H]."""
     if num_splits == 1:
         return (0, 0, 0, 0, 0)
-    return (p_out.stride(0), p_out.stride(1), p_out.stride(2), p_lse.stride(0), p_lse.stride(1))
+    return (num_tokens * num_q_heads * head_dim, num_q_heads * head_dim, head_dim, num_tokens * num_q_heads,
+            num_q_heads)

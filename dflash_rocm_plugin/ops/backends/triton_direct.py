@@ -1,0 +1,186 @@
+"""Launching an already-compiled Triton kernel again without ``JITFunction.run``'s binding.
+
+On every call ``JITFunction.run`` binds each argument, computes its specialization (pointer
+alignment, integer classes), builds the compile key and looks the kernel up: tens of
+microseconds for the ~70 arguments of the attention kernel, paid per layer when hosts run
+attention eagerly.  A prepared launch (``ops/call_cache.py``) already fixes every dtype, integer
+and constexpr argument, so the only specialization left to a repeat call is that of its pointers.
+This module keys the ``CompiledKernel`` that ``JITFunction.run`` returned by what that can still
+change -- each pointer's 16-byte alignment, on ROCm whether its storage fits 2 GB (buffer ops),
+the current device, Triton's debug and instrumentation settings -- and launches it with exactly
+the arguments ``JITFunction.run`` passes its launcher.  A key finer than Triton's own only means
+more normal launches, never another kernel.
+
+Used only on the Triton releases whose launch convention was read from their source (3.2-3.6),
+never under the interpreter, and only while Triton's pre-run hooks and launch hooks are unset and
+the kernel's globals are unchanged; anything else, or any error, takes the normal launch (an error
+also ends direct launches for the process, with one warning).  ``DFLASH_ROCM_DIRECT_LAUNCH=0``
+switches it off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+from dflash_rocm_plugin.ops import _runtime
+
+SWITCH = "DFLASH_ROCM_DIRECT_LAUNCH"
+# Compiled variants kept per prepared launch (alignments x devices seen).
+MAX_VARIANTS = 8
+_INT32_MAX = 2**31 - 1
+_MISSING = object()
+logger = logging.getLogger("dflash_rocm_plugin.launches")
+
+# None: not decided yet; False: off; else the Triton facts the launches need.
+_facts = None
+
+
+class _Facts:
+    """What differs between the Triton releases: which arguments the launcher takes, where the
+    launch hooks and the debug setting live."""
+
+    def __init__(self, version: tuple[int, int]):
+        from triton.runtime.driver import driver
+        self.driver = driver
+        # 3.2 passes only the non-constexpr arguments; 3.3-3.6 every parameter in order.
+        self.all_params = version >= (3, 3)
+        if version >= (3, 4):
+            from triton import knobs
+            self.knobs = knobs
+        else:
+            from triton.compiler.compiler import CompiledKernel
+            self.knobs = None
+            self.compiled_kernel = CompiledKernel
+        self.instrumentation = version >= (3, 6)
+        self.rocm = _runtime.is_rocm()
+
+    def hooks_unset(self) -> bool:
+        if self.knobs is None:
+            hooks = (self.compiled_kernel.launch_enter_hook, self.compiled_kernel.launch_exit_hook)
+        else:
+            hooks = (self.knobs.runtime.launch_enter_hook, self.knobs.runtime.launch_exit_hook)
+        # 3.5+: chains of hooks, called only when they hold some.
+        return all(h is None or (type(h).__name__ == "HookChain" and not h.calls) for h in hooks)
+
+    def options(self, jit) -> tuple:
+        """The run-time settings ``JITFunction.run`` adds to the compile options."""
+        if self.knobs is None:
+            return (jit.debug if hasattr(jit, "debug") else None, os.environ.get("TRITON_DEBUG", "0") == "1")
+        runtime = self.knobs.runtime
+        mode = self.knobs.compilation.instrumentation_mode if self.instrumentation else None
+        return (jit.debug, runtime.debug, mode)
+
+
+def _load():
+    global _facts
+    _facts = False
+    if os.environ.get(SWITCH, "1").strip().lower() in ("0", "off", "false", "no") or _runtime.interpreting():
+        return
+    try:
+        import triton
+        m = re.match(r"(\d+)\.(\d+)", str(getattr(triton, "__version__", "")))
+        version = (int(m.group(1)), int(m.group(2))) if m else None
+        if version is not None and (3, 2) <= version <= (3, 6):
+            _facts = _Facts(version)
+    except Exception as exc:  # noqa: BLE001 - an unexpected Triton: the normal launch
+        logger.info("direct Triton launches off: %s", exc)
+
+
+def _stop(exc: Exception) -> None:
+    global _facts
+    _facts = False
+    logger.warning("dflash_rocm_plugin: direct Triton launches switched off for this process after %s: %s "
+                   "(every launch now goes through JITFunction.run)", type(exc).__name__, exc)
+
+
+class Relauncher:
+    """One prepared launch of one kernel: its compiled variants and their fixed arguments."""
+
+    __slots__ = ("variants", "fixed")
+
+    def __init__(self):
+        self.variants: dict = {}
+        self.fixed = None  # the arguments after the pointers, as the launcher takes them
+
+    def __call__(self, jit, grid, pointers: tuple, ints: tuple, constexprs: dict) -> None:
+        if _facts is None:
+            _load()
+        facts = _facts
+        key = None
+        if facts:
+            try:
+                key = self._key(facts, jit, pointers)
+                compiled = self.variants.get(key) if key is not None else None
+                if compiled is not None:
+                    device = key[0]
+                    stream = facts.driver.active.get_current_stream(device)
+                    compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
+                                 None, None, None, *pointers, *self.fixed)
+                    return
+            except Exception as exc:  # noqa: BLE001 - whatever differs, the normal launch is right
+                _stop(exc)
+                key = None
+        compiled = jit[grid](*pointers, *ints, **constexprs)
+        if key is not None and len(self.variants) < MAX_VARIANTS:
+            try:
+                self._keep(facts, jit, key, compiled, len(pointers), ints, constexprs)
+            except Exception as exc:  # noqa: BLE001
+                _stop(exc)
+
+    @staticmethod
+    def _key(facts: _Facts, jit, pointers: tuple):
+        if jit.pre_run_hooks or not facts.hooks_unset():
+            return None
+        for (name, _), (value, globals_dict) in jit.used_global_vals.items():
+            if globals_dict.get(name, _MISSING) != value:
+                return None  # JITFunction.run raises for this
+        device = facts.driver.active.get_current_device()
+        aligned = tuple(p.data_ptr() % 16 == 0 for p in pointers)
+        if facts.rocm:
+            aligned += tuple(p.untyped_storage().size() <= _INT32_MAX for p in pointers)
+        return (device, facts.options(jit), aligned)
+
+    def _keep(self, facts: _Facts, jit, key, compiled, num_pointers: int, ints: tuple, constexprs: dict) -> None:
+        if compiled is None or hasattr(compiled, "result") or not hasattr(compiled, "packed_metadata"):
+            return  # not a CompiledKernel (a future, a hook's answer): keep launching normally
+        if self.fixed is None:
+            self.fixed = _fixed_arguments(jit, facts.all_params, num_pointers, ints, constexprs)
+        if self.fixed is not None:
+            self.variants[key] = compiled
+
+
+def _fixed_arguments(jit, all_params: bool, num_pointers: int, ints: tuple, constexprs: dict):
+    """The launcher's arguments after the pointers, as ``JITFunction.run`` builds them, or None
+    when the kernel's parameters are not laid out as the call passes them (positional non-constexpr
+    parameters first, every constexpr by keyword)."""
+    params = jit.params
+    positional = num_pointers + len(ints)
+    if any(p.is_constexpr for p in params[:positional]) or not all(p.is_constexpr for p in params[positional:]):
+        return None
+    if not all_params:
+        return tuple(ints)
+    signature = jit.signature.parameters
+    tail = []
+    for p in params[positional:]:
+        if p.name in constexprs:
+            tail.append(constexprs[p.name])
+        else:
+            default = signature[p.name].default
+            if default is signature[p.name].empty:
+                return None
+            tail.append(default)
+    return (*ints, *tail)
+
+
+def reset() -> None:
+    """Read the switch and the Triton release again (tests)."""
+    global _facts
+    _facts = None
+
+
+def enabled() -> bool:
+    if _facts is None:
+        _load()
+    return bool(_facts)

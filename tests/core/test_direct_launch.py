@@ -1,0 +1,205 @@
+"""Direct launches (ops/backends/triton_direct.py), the parts that exist without a GPU.
+
+* the arguments after the pointers are exactly those Triton's own binder (the installed release,
+  which passes every parameter in order, as 3.3-3.6 do) gives the launcher, for the real kernels;
+* the switch, the interpreter and releases outside 3.2-3.6 keep the normal launch;
+* the keying and the fallback, with the compiled kernel and the driver stood in for (they need a
+  GPU): a repeat call with the same alignments launches the kept kernel with the same arguments,
+  another alignment or device launches normally, set launch hooks launch normally, and an error
+  in a direct launch runs the normal launch and ends direct launches.
+
+Bitwise equality with the normal launch on real kernels, and under graph capture, is
+tests/gpu/test_direct_launch.py.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from dflash_rocm_plugin.ops import _runtime, workspace
+from dflash_rocm_plugin.ops.backends import triton as triton_backend
+from dflash_rocm_plugin.ops.backends import triton_direct
+from dflash_rocm_plugin.ops.call import AttentionCall
+from tests.core.cases import build
+
+
+@pytest.fixture(autouse=True)
+def fresh_switch():
+    triton_direct.reset()
+    yield
+    triton_direct.reset()
+
+
+def _call(splits=None, sinks=False, fp8=False, window=0):
+    c = build([300, 40], [16, 1], num_q_heads=4, num_kv_heads=2, head_dim=32,
+              cache_dtype=torch.float8_e4m3fn if fp8 else None)
+    scale = torch.ones(1) if fp8 else None
+    return AttentionCall(c.q, c.k_cache, c.v_cache, c.block_table, c.seq_lens, c.query_start_loc,
+                         torch.empty_like(c.q), causal=True, scale=0.17, window=window, softcap=0.0,
+                         max_query_len=16, num_kv_splits=splits, workspace=None,
+                         sinks=torch.zeros(4) if sinks else None, k_scale=scale, v_scale=scale)
+
+
+def _pointers(call, launch):
+    k, v = call.k_cache, call.v_cache
+    if launch.soft:
+        k, v = k.view(torch.uint8), v.view(torch.uint8)
+    p_out = p_lse = call.out
+    if launch.partials is not None:
+        p_out, p_lse = workspace.scratch(call.q.device, *launch.partials)
+    q = call.q
+    return ((q, k, v, call.out, call.block_table, call.seq_lens, call.query_start_loc, p_out, p_lse,
+             q if call.sinks is None else call.sinks, q if call.k_scale is None else call.k_scale,
+             q if call.v_scale is None else call.v_scale),
+            (call.out, p_out, p_lse, call.query_start_loc))
+
+
+def _jit(interpreted):
+    from triton.runtime.jit import JITFunction
+    return JITFunction(interpreted.fn)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(splits=4), dict(sinks=True), dict(fp8=True), dict(window=64)],
+                         ids=["unsplit", "split", "sinks", "fp8", "window"])
+def test_fixed_arguments_are_what_tritons_binder_passes(kw):
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import create_function_from_signature
+    call = _call(**kw)
+    launch = triton_backend.Launch(call)
+    kernels, _ = _runtime.kernels()
+    attention_ptrs, merge_ptrs = _pointers(call, launch)
+    cases = [(kernels.paged_attention_kernel, attention_ptrs, launch.ints, launch.constexprs)]
+    if launch.partials is not None:
+        cases.append((kernels.merge_splits_kernel, merge_ptrs, launch.merge_ints, launch.merge_constexprs))
+    for kernel, ptrs, ints, constexprs in cases:
+        jit = _jit(kernel)
+        binder = create_function_from_signature(jit.signature, jit.params, BaseBackend)
+        bound, _, _ = binder(*ptrs, *ints, **constexprs)
+        fixed = triton_direct._fixed_arguments(jit, True, len(ptrs), ints, constexprs)
+        assert fixed is not None
+        got = (*ptrs, *fixed)
+        want = tuple(bound.values())
+        assert len(got) == len(want)
+        assert all(a is b or (not isinstance(a, torch.Tensor) and a == b and type(a) is type(b))
+                   for a, b in zip(got, want))
+        # 3.2 passes the non-constexpr ones only: the pointers and the integers.
+        assert triton_direct._fixed_arguments(jit, False, len(ptrs), ints, constexprs) == tuple(ints)
+
+
+def test_a_kernel_whose_parameters_are_laid_out_otherwise_is_not_relaunched():
+    kernels, _ = _runtime.kernels()
+    jit = _jit(kernels.merge_splits_kernel)
+    assert triton_direct._fixed_arguments(jit, True, 4, (1, 2, 3), {}) is None  # too few integers
+
+
+def test_the_interpreter_the_switch_and_other_releases_launch_normally(monkeypatch):
+    import triton
+    assert not triton_direct.enabled()  # interpreting
+    monkeypatch.setattr(_runtime, "interpreting", lambda: False)
+    for version, switch, on in [("3.6.0", None, True), ("3.2.0", None, True), ("3.4.1", "1", True),
+                                ("3.6.0", "0", False), ("3.6.0", "off", False), ("3.1.0", None, False),
+                                ("3.7.0", None, False), ("", None, False)]:
+        monkeypatch.setattr(triton, "__version__", version)
+        if switch is None:
+            monkeypatch.delenv(triton_direct.SWITCH, raising=False)
+        else:
+            monkeypatch.setenv(triton_direct.SWITCH, switch)
+        triton_direct.reset()
+        assert triton_direct.enabled() is on, (version, switch)
+
+
+class FakeCompiled:
+    """Stands in for a CompiledKernel (needs a GPU): records launches."""
+
+    def __init__(self, log):
+        self.log, self.function, self.packed_metadata = log, "fn", "meta"
+
+    def run(self, *args):
+        self.log.append(("direct", args))
+
+
+class FakeJit:
+    """A JITFunction of the real kernel's parameters whose launch is recorded instead of run."""
+
+    def __init__(self, interpreted, log):
+        real = _jit(interpreted)
+        self.params, self.signature = real.params, real.signature
+        self.pre_run_hooks, self.used_global_vals = [], {}
+        self.debug, self.log = None, log
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.log.append(("jit", grid, args, kwargs))
+            return FakeCompiled(self.log)
+        return launch
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    state = types.SimpleNamespace(device=0, hooks=None)
+    driver = types.SimpleNamespace(active=types.SimpleNamespace(get_current_device=lambda: state.device,
+                                                                get_current_stream=lambda d: 1000 + d))
+    facts = types.SimpleNamespace(driver=driver, all_params=True, rocm=False,
+                                  hooks_unset=lambda: state.hooks is None, options=lambda jit: (jit.debug,))
+    monkeypatch.setattr(triton_direct, "_facts", facts)
+    return state
+
+
+def test_repeat_calls_launch_the_kept_kernel_and_anything_new_launches_normally(fake_gpu):
+    call = _call()
+    launch = triton_backend.Launch(call)
+    kernels, _ = _runtime.kernels()
+    log = []
+    jit = FakeJit(kernels.paged_attention_kernel, log)
+    ptrs, _ = _pointers(call, launch)
+    relaunch = triton_backend.Relauncher()
+
+    def run(pointers=ptrs):
+        relaunch(jit, launch.grid, pointers, launch.ints, launch.constexprs)
+        return log[-1][0]
+
+    assert run() == "jit"
+    assert run() == "direct"
+    fixed = triton_direct._fixed_arguments(jit, True, len(ptrs), launch.ints, launch.constexprs)
+    assert log[-1][1] == (*launch.grid, 1000, "fn", "meta", None, None, None, *ptrs, *fixed)
+    odd_q = torch.zeros(call.q.numel() + 1)[1:].view_as(call.q)  # 4-byte aligned, not 16
+    assert run((odd_q, *ptrs[1:])) == "jit"
+    assert run((odd_q, *ptrs[1:])) == "direct"
+    fake_gpu.device = 1
+    assert run() == "jit"
+    assert run() == "direct" and log[-1][1][3] == 1001  # that device's stream
+    fake_gpu.hooks = "profiler"
+    assert run() == "jit" and run() == "jit"
+    fake_gpu.hooks = None
+    jit.pre_run_hooks.append(lambda *a, **k: None)
+    assert run() == "jit"
+    jit.pre_run_hooks.clear()
+    jit.used_global_vals[("LIMIT", 0)] = (1, {"LIMIT": 2})  # a global changed since compiling
+    assert run() == "jit"
+    jit.used_global_vals.clear()
+    assert run() == "direct"
+
+
+def test_an_error_in_a_direct_launch_runs_the_normal_one_and_ends_direct_launches(fake_gpu, caplog):
+    call = _call()
+    launch = triton_backend.Launch(call)
+    kernels, _ = _runtime.kernels()
+    log = []
+    jit = FakeJit(kernels.paged_attention_kernel, log)
+    ptrs, _ = _pointers(call, launch)
+    relaunch = triton_backend.Relauncher()
+    relaunch(jit, launch.grid, ptrs, launch.ints, launch.constexprs)
+    compiled = next(iter(relaunch.variants.values()))
+
+    def broken(*args):
+        raise TypeError("launcher takes other arguments")
+    compiled.run = broken
+    relaunch(jit, launch.grid, ptrs, launch.ints, launch.constexprs)
+    assert log[-1][0] == "jit"
+    assert triton_direct._facts is False
+    assert "direct Triton launches switched off" in caplog.text
+    relaunch(jit, launch.grid, ptrs, launch.ints, launch.constexprs)
+    assert log[-1][0] == "jit"
