@@ -118,7 +118,7 @@ def test_direct_launch_matches_the_normal_launch(monkeypatch, jit_runs, name):
               "unsplit 32x1K": (32, 1024, 16, dict(num_kv_splits=1)), "decode q1 64x1K": (64, 1024, 1, {}),
               "prefill 1x2K": (1, 2048, 2048, {}), "draft 1x4K non-causal": (1, 4096, 16, dict(causal=False))}
     batch, ctx, q_len, extra = shapes[name]
-    kw = dict(causal=True, max_query_len=q_len, **extra)
+    kw = {"causal": True, "max_query_len": q_len, **extra}
     _check(monkeypatch, jit_runs, [(_case(batch, ctx, q_len), kw, False)])
 
 

@@ -116,7 +116,10 @@ class Relauncher:
                 if compiled is not None:
                     device = key[0]
                     stream = facts.driver.active.get_current_stream(device)
-                    compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
+                    # A grid of fewer than three dimensions is padded with 1s, as JITFunction.run does.
+                    gy = grid[1] if len(grid) > 1 else 1
+                    gz = grid[2] if len(grid) > 2 else 1
+                    compiled.run(grid[0], gy, gz, stream, compiled.function, compiled.packed_metadata,
                                  None, None, None, *pointers, *self.fixed)
                     return
             except Exception as exc:  # noqa: BLE001 - whatever differs, the normal launch is right
