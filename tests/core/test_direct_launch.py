@@ -203,3 +203,20 @@ def test_an_error_in_a_direct_launch_runs_the_normal_one_and_ends_direct_launche
     assert "direct Triton launches switched off" in caplog.text
     relaunch(jit, launch.grid, ptrs, launch.ints, launch.constexprs)
     assert log[-1][0] == "jit"
+
+
+def test_a_grid_of_fewer_than_three_dimensions_is_padded_with_ones(fake_gpu):
+    """The split merge launches on a 2-D grid: the launcher takes three sizes, as JITFunction.run
+    passes them (an unpadded grid raised IndexError on the H200 and ended direct launches)."""
+    call = _call()
+    launch = triton_backend.Launch(call)
+    kernels, _ = _runtime.kernels()
+    log = []
+    jit = FakeJit(kernels.paged_attention_kernel, log)
+    ptrs, _ = _pointers(call, launch)
+    relaunch = triton_backend.Relauncher()
+    for grid in ((7, 3), (5,)):
+        relaunch(jit, grid, ptrs, launch.ints, launch.constexprs)
+        relaunch(jit, grid, ptrs, launch.ints, launch.constexprs)
+        assert log[-1][0] == "direct" and log[-1][1][:3] == (*grid, *(1,) * (3 - len(grid)))
+    assert triton_direct._facts
