@@ -253,6 +253,15 @@ def _kernel_line(path) -> str:
     return "; ".join(parts) or json.dumps(path, default=str)
 
 
+def _launch_line(path) -> str:
+    state = path.get("triton_launch") if isinstance(path, dict) else None
+    if not isinstance(state, dict):
+        return "unknown"
+    if state.get("direct"):
+        return f"direct relaunch of compiled kernels on repeat calls ({state.get('switch')}=0 turns it off)"
+    return f"every call through JITFunction.run ({state.get('reason')})"
+
+
 def render(report: dict) -> str:
     arch = f" ({report['gpu_arch']}, {report['device_name']})" if report.get("gpu_arch") else ""
     lines = [f"dflash-rocm-plugin {report['plugin']}",
@@ -261,6 +270,7 @@ def render(report: dict) -> str:
              "triton: " + ("usable" if report["triton"]["usable"]
                            else f"CANNOT RUN THE KERNELS - {report['triton']['problem']}"),
              f"kernel path: {_kernel_line(report['kernel_path'])}",
+             f"triton launches: {_launch_line(report['kernel_path'])}",
              f"tuned launches: {_tuned_line(report['tuned_launches'])}",
              _switch_line(report["switches"])]
     for host, h in report["hosts"].items():

@@ -109,6 +109,10 @@ def test_the_interpreter_the_switch_and_other_releases_launch_normally(monkeypat
             monkeypatch.setenv(triton_direct.SWITCH, switch)
         triton_direct.reset()
         assert triton_direct.enabled() is on, (version, switch)
+        state = triton_direct.state()
+        assert state["direct"] is on
+        says = "directly" if on else (f"{triton_direct.SWITCH}={switch}" if switch else "3.2-3.6 only")
+        assert says in state["reason"], (version, switch, state)
 
 
 class FakeCompiled:
@@ -201,6 +205,10 @@ def test_an_error_in_a_direct_launch_runs_the_normal_one_and_ends_direct_launche
     assert log[-1][0] == "jit"
     assert triton_direct._facts is False
     assert "direct Triton launches switched off" in caplog.text
+    assert triton_direct.state() == {"direct": False, "switch": triton_direct.SWITCH,
+                                     "reason": "switched off after TypeError: launcher takes other arguments"}
+    from dflash_rocm_plugin import doctor, ops
+    assert "switched off after TypeError" in doctor._launch_line(ops.kernel_paths())
     relaunch(jit, launch.grid, ptrs, launch.ints, launch.constexprs)
     assert log[-1][0] == "jit"
 

@@ -32,6 +32,7 @@ def test_text_without_hosts(capsys):
     assert doctor.main([]) == 0
     text = capsys.readouterr().out
     assert "platform: " in text and "kernel path: " in text and "tuned launches: " in text
+    assert "triton launches: " in text
     assert "vllm: not installed" in text and "sglang: not installed" in text
     assert text.rstrip().endswith("status: OK")
 

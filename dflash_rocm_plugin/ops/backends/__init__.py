@@ -26,7 +26,7 @@ import os
 import torch
 
 from dflash_rocm_plugin.ops import _runtime, tuned
-from dflash_rocm_plugin.ops.backends import aiter, aiter_loader, triton
+from dflash_rocm_plugin.ops.backends import aiter, aiter_loader, triton, triton_direct
 from dflash_rocm_plugin.ops.call import AttentionCall
 
 ATTENTION_ENV, GREEDY_ENV = aiter.ATTENTION_ENV, aiter.GREEDY_ENV
@@ -157,6 +157,10 @@ def status(device=None) -> dict:
     info: dict = {"platform": {"rocm": rocm, "hip": getattr(torch.version, "hip", None), "arch": arch,
                                "interpreter": _runtime.interpreting()},
                   "aiter": {"min_version": aiter_loader.MIN_VERSION_TEXT}}
+    try:
+        info["triton_launch"] = triton_direct.state()
+    except Exception as exc:  # noqa: BLE001 - a report, not a failure
+        info["triton_launch"] = {"direct": False, "reason": f"unknown ({exc!r})"}
     needs_aiter = False
     for op, env, choices, path, own, covers in (
             ("attention", ATTENTION_ENV, ATTENTION_CHOICES, aiter.ATTENTION, triton.NAME, aiter.ATTENTION_COVERS),

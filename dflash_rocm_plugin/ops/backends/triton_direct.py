@@ -35,6 +35,8 @@ logger = logging.getLogger("dflash_rocm_plugin.launches")
 
 # None: not decided yet; False: off; else the Triton facts the launches need.
 _facts = None
+# Why direct launches are off (None while on or undecided).
+_off_reason = None
 
 
 class _Facts:
@@ -74,23 +76,33 @@ class _Facts:
 
 
 def _load():
-    global _facts
+    global _facts, _off_reason
     _facts = False
-    if os.environ.get(SWITCH, "1").strip().lower() in ("0", "off", "false", "no") or _runtime.interpreting():
+    if os.environ.get(SWITCH, "1").strip().lower() in ("0", "off", "false", "no"):
+        _off_reason = f"{SWITCH}={os.environ[SWITCH]}"
+        return
+    if _runtime.interpreting():
+        _off_reason = "the Triton interpreter runs the kernels"
         return
     try:
         import triton
-        m = re.match(r"(\d+)\.(\d+)", str(getattr(triton, "__version__", "")))
+        text = str(getattr(triton, "__version__", ""))
+        m = re.match(r"(\d+)\.(\d+)", text)
         version = (int(m.group(1)), int(m.group(2))) if m else None
         if version is not None and (3, 2) <= version <= (3, 6):
             _facts = _Facts(version)
+            _off_reason = None
+        else:
+            _off_reason = f"Triton {text or '(unknown version)'}: its launch convention is known for 3.2-3.6 only"
     except Exception as exc:  # noqa: BLE001 - an unexpected Triton: the normal launch
+        _off_reason = f"{type(exc).__name__}: {exc}"
         logger.info("direct Triton launches off: %s", exc)
 
 
 def _stop(exc: Exception) -> None:
-    global _facts
+    global _facts, _off_reason
     _facts = False
+    _off_reason = f"switched off after {type(exc).__name__}: {exc}"
     logger.warning("dflash_rocm_plugin: direct Triton launches switched off for this process after %s: %s "
                    "(every launch now goes through JITFunction.run)", type(exc).__name__, exc)
 
@@ -187,3 +199,10 @@ def enabled() -> bool:
     if _facts is None:
         _load()
     return bool(_facts)
+
+
+def state() -> dict:
+    """Whether repeat launches go straight to the compiled kernel, and if not why (doctor)."""
+    on = enabled()
+    return {"direct": on, "switch": SWITCH,
+            "reason": "repeat calls launch the compiled kernel directly" if on else _off_reason}
