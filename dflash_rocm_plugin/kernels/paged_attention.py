@@ -93,7 +93,7 @@ def _tanh(x):
 
 @triton.jit
 def _kv_offsets(
-    key, key_ok, bt_row, kv_head,
+    key, key_ok, kv_end, bt_row, kv_head,
     stride_ks, stride_kh, stride_kb, stride_vs, stride_vh, stride_vb, stride_btb,
     PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
 ):
@@ -102,9 +102,13 @@ def _kv_offsets(
     if MASKED:
         page = tl.load(bt_row + (key // PAGE_SIZE) * stride_btb, mask=key_ok, other=0)
     elif PAGE_IDS_ASM:
-        # Not a tl.load, so the pipeliner streams K/V two tiles ahead (module docstring).
+        # Not a tl.load, so the pipeliner streams K/V two tiles ahead (module docstring).  Nor is
+        # it predicated: the pipeliner runs it for the tiles after the loop's last too (whose K/V
+        # loads it masks off), so the key is held inside the sequence -- past its block-table row
+        # lies the next row or, for the table's last row, possibly unmapped memory.
+        in_row = tl.maximum(tl.minimum(key, kv_end - 1), 0) // PAGE_SIZE
         page = tl.inline_asm_elementwise(
-            "ld.global.nc.b32 $0, [$1];", "=r,l", [bt_row + (key // PAGE_SIZE) * stride_btb],
+            "ld.global.nc.b32 $0, [$1];", "=r,l", [bt_row + in_row * stride_btb],
             dtype=tl.int32, is_pure=True, pack=1)
     else:
         page = tl.load(bt_row + (key // PAGE_SIZE) * stride_btb)
@@ -192,7 +196,7 @@ def _attend_tile(
     key_ok = key < kv_end
     if USE_WINDOW:
         key_ok = key_ok & (key >= kv_begin)  # tile 0 may start below the window (see the kernel)
-    k_off, v_off = _kv_offsets(key, key_ok, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
+    k_off, v_off = _kv_offsets(key, key_ok, kv_end, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
                                stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, MASKED, PAGE_IDS_ASM, OFFSETS_32)
     s = _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
@@ -229,18 +233,18 @@ def _attend_full_tiles_overlapped(
     cols = tl.arange(0, BLOCK_N)
     key = tile_base + tl.minimum(tile_lo, tl.maximum(full_hi - 1, 0)) * BLOCK_N + cols
     key_ok = (key < kv_end) & (key >= kv_begin)
-    k_off, _ = _kv_offsets(key, key_ok, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
+    k_off, _ = _kv_offsets(key, key_ok, kv_end, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
                            stride_vs, stride_vh, stride_vb, stride_btb, PAGE_SIZE, True, False, OFFSETS_32)
     s = _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
                 False, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8)
     for t in range(tile_lo, full_hi):
         key_next = tile_base + tl.minimum(t + 1, full_hi - 1) * BLOCK_N + cols
-        k_off, _ = _kv_offsets(key_next, None, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
+        k_off, _ = _kv_offsets(key_next, None, kv_end, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
                                stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
         s_next = _scores(q, k_cache_ptr, k_off, None, dims, dim_ok, stride_kd, scale, softcap,
                          False, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8)
-        _, v_off = _kv_offsets(tile_base + t * BLOCK_N + cols, None, bt_row, kv_head, stride_ks, stride_kh,
+        _, v_off = _kv_offsets(tile_base + t * BLOCK_N + cols, None, kv_end, bt_row, kv_head, stride_ks, stride_kh,
                                stride_kb, stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
         acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, None, dims, dim_ok, stride_vd,

@@ -75,9 +75,14 @@ def _signature(fn, values: dict, constexprs: dict):
     return ASTSource(fn, sig, consts, attrs)
 
 
+# The last attention kernel compiled in this process (``attention_ttgir``).
+_last = {}
+
+
 def _compile(arch: str, src, num_warps: int, num_stages: int) -> Compiled:
     import triton
     kernel = triton.compile(src, target=target(arch), options=dict(num_warps=num_warps, num_stages=num_stages))
+    _last.setdefault("kernel", kernel)
     if arch.startswith("gfx"):
         asm = kernel.asm["amdgcn"]
 
@@ -139,6 +144,13 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
     return out
 
 
+def attention_ttgir(arch: str, cfg, **shape) -> str:
+    """The attention kernel of ``attention(arch, cfg, **shape)`` as Triton's GPU IR, after pipelining."""
+    _last.clear()
+    attention(arch, cfg, **shape)
+    return _last["kernel"].asm["ttgir"]
+
+
 def kv_write(arch: str, *, num_kv_heads: int, head_dim: int, dtype: str = "bf16", fp8: int = 0) -> list[Compiled]:
     """Compile the KV-cache write as ops.write_kv_cache runs it (fp8: 1 e4m3fn, 2 e4m3fnuz, scaled)."""
     import triton
@@ -162,6 +174,10 @@ def _main() -> int:
     results = []
     for job in json.load(sys.stdin):
         try:
+            if job.get("kernel") == "attention_ttgir":
+                results.append({"ttgir": attention_ttgir(job["arch"], types.SimpleNamespace(**job["launch"]),
+                                                         **job["shape"])})
+                continue
             if job.get("kernel") == "kv_write":
                 results.append([dataclasses.asdict(c) for c in kv_write(job["arch"], **job["shape"])])
                 continue

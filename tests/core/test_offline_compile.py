@@ -6,6 +6,7 @@ ops.paged_attention would ask for it on that GPU; tests/core/offline_compile.py 
 """
 
 import dataclasses
+import re
 
 import pytest
 
@@ -104,3 +105,42 @@ def test_chosen_launch_compiles_for_the_gpu(compiled, arch, name):
     if arch.startswith("gfx") and name.startswith("qwen3-8b"):
         # The DFlash tile of the issue's models stays in registers on both AMD generations.
         assert result[0]["vgpr_spills"] == 0
+
+
+def _defs(ir: str) -> dict:
+    """SSA value -> the text of the op that defines it (one op per line in Triton's IR dumps)."""
+    out = {}
+    for line in ir.splitlines():
+        m = re.match(r"\s*(%[\w.]+)(?::\d+)? = (.*)", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def _feeds(defs: dict, value: str, op: str, depth: int = 8) -> bool:
+    """Whether ``op`` lies on the chain of ops that computes ``value``."""
+    text = defs.get(value, "")
+    if op in text:
+        return True
+    return depth > 0 and any(_feeds(defs, v, op, depth - 1) for v in re.findall(r"%[\w.]+", text.split(":")[0]))
+
+
+@pytest.mark.parametrize("splits, causal", [(4, False), (1, True)], ids=["split-draft", "unsplit-verify"])
+def test_inline_page_id_reads_stay_inside_the_sequence(splits, causal):
+    """The pipeliner runs the inline-PTX page-id read of the tiles after a loop's last as well
+    (only the K/V copies it feeds are masked), so each read's key is clamped to the sequence:
+    past the block table's last row there may be no mapped memory (an illegal address on the
+    GPU, seen on the H200 in a long test process)."""
+    cfg = launch_config.AttentionLaunch(block_q=16, block_m=64, block_n=64, head_dim_pad=128, num_splits=splits,
+                                        num_warps=4, num_stages=3, page_ids_asm=True)
+    shape = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, causal=causal, num_tokens=128,
+                 num_seqs=8, table_width=256)
+    [result] = offline_compile.run([dict(kernel="attention_ttgir", arch="sm_90", launch=dataclasses.asdict(cfg),
+                                         shape=shape)])
+    assert "ttgir" in result, result.get("error")
+    ir = result["ttgir"]
+    defs = _defs(ir)
+    reads = re.findall(r'tt\.elementwise_inline_asm "ld\.global\.nc\.b32 \$0, \[\$1\];" \{[^}]*\} (%[\w.]+)', ir)
+    assert len(reads) >= 4, "expected the pipelined page-id reads of the prologue and the loop"
+    for ptr in reads:
+        assert _feeds(defs, ptr, "arith.minsi") and _feeds(defs, ptr, "arith.maxsi"), ptr
