@@ -56,6 +56,10 @@ class AttentionLaunch:
     # Warps per split-merge program (one query row x head, SPLITS x HEAD_DIM floats).  H200:
     # 1 warp makes 8 x 4K 2.47 -> 2.94 TB/s (4 warps: 4 096 near-empty 128-thread programs).
     merge_warps: int = 1
+    # fp8 caches: Q K^T and P V as fp8 tensor-core dots, q and P joining the cache's format
+    # (kernels/paged_attention.py, FP8_DOTS).  Off unless forced: its speed and accuracy cost are
+    # measured first (benchmarks/NOTES.md).
+    fp8_dots: bool = False
 
 
 # Field overrides applied by ``choose`` (benchmark sweeps only; see ``forced``).

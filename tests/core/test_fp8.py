@@ -165,3 +165,22 @@ def test_random_fp8_batches(data):
                             k_scale=scales(data.draw(st.sampled_from([None, "tensor", "head"])), kv_heads, 1),
                             v_scale=scales(data.draw(st.sampled_from([None, "tensor", "head"])), kv_heads, 2),
                             num_kv_splits=data.draw(st.sampled_from([None, 1, 3])))
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FMT_IDS)
+def test_fp8_dots_are_never_used_where_the_cache_is_decoded_from_bytes(fmt):
+    """``fp8_dots`` needs the GPU's own conversion of the cache's format; under the interpreter (as
+    on a GPU without it) the cache is decoded from bytes and the forced field changes nothing."""
+    from dflash_rocm_plugin.ops import launch_config
+    from dflash_rocm_plugin.ops.backends import triton as triton_backend
+    from dflash_rocm_plugin.ops.call import AttentionCall
+    case = build([40, 9], [16, 3], dtype=torch.float16, cache_dtype=fmt)
+    plain = ops.paged_attention(*case.args(), causal=True)
+    with launch_config.forced(fp8_dots=True):
+        forced = ops.paged_attention(*case.args(), causal=True)
+        q, k, v, table, sl, qsl = case.args()
+        call = AttentionCall(q, k, v, table, sl, qsl, torch.empty_like(q), causal=True, scale=0.1, window=0,
+                             softcap=0.0, max_query_len=None, num_kv_splits=None, workspace=None)
+        prepared = triton_backend.Launch(call)
+    assert prepared.cfg.fp8_dots and prepared.constexprs["FP8_DOTS"] == 0 and prepared.soft
+    assert torch.equal(plain, forced)

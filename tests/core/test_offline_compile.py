@@ -144,3 +144,19 @@ def test_inline_page_id_reads_stay_inside_the_sequence(splits, causal):
     assert len(reads) >= 4, "expected the pipelined page-id reads of the prologue and the loop"
     for ptr in reads:
         assert _feeds(defs, ptr, "arith.minsi") and _feeds(defs, ptr, "arith.maxsi"), ptr
+
+
+def test_fp8_dot_launches_compile_for_every_gpu(monkeypatch):
+    """The opt-in fp8 tensor-core dots (``fp8_dots``) build for each GPU's native fp8 format,
+    draft and verify, split and not, and fit its shared memory."""
+    jobs = []
+    for arch in sorted(DEVICES):
+        for hq, batch, context, page, causal in ((32, 32, 16384, 16, False), (32, 8, 4096, 1, True), (64, 8, 4096, 16, True)):
+            cfg = dataclasses.replace(_launch(monkeypatch, arch, hq, 8, 128, batch, context, page), fp8_dots=True)
+            jobs.append(dict(arch=arch, launch=dataclasses.asdict(cfg), shape=dict(
+                num_q_heads=hq, num_kv_heads=8, head_dim=128, page_size=page, causal=causal, num_tokens=batch * 16,
+                num_seqs=batch, table_width=context // page, cache=NATIVE_FP8[arch])))
+    for job, result in zip(jobs, offline_compile.run(jobs)):
+        assert not isinstance(result, dict), (job["arch"], result.get("error"))
+        for kernel in result:
+            assert kernel["shared"] <= offline_compile.SHARED_LIMIT[job["arch"]], (job["arch"], kernel["shared"])

@@ -45,8 +45,12 @@ class Launch:
         self.soft = soft = soft_fp8(k_cache.dtype, q.device.index)
         # The interpreter's bf16 dots are wrong; it runs them in fp32.  fp8 tiles under bf16
         # queries convert to fp16 for the dots: half the conversion work of bf16 (kernel docstring).
-        fp16_dots = call.fp8 and q.dtype == torch.bfloat16
-        upcast = q.dtype == torch.bfloat16 and not fp16_dots and _runtime.interpreting()
+        # With ``fp8_dots`` a natively converted fp8 cache dots in fp8 instead (the kernel docstring).
+        fp8_dots = (cfg.fp8_dots and call.fp8 and not soft and q.dtype in (torch.float16, torch.bfloat16)
+                    and not _runtime.interpreting())
+        fp8_code = (1 if k_cache.dtype == torch.float8_e4m3fn else 2) if fp8_dots else 0
+        fp16_dots = call.fp8 and q.dtype == torch.bfloat16 and not fp8_dots
+        upcast = q.dtype == torch.bfloat16 and not fp16_dots and not fp8_dots and _runtime.interpreting()
         tokens, hq, d = q.shape
         seqs, hkv, splits = call.num_seqs, k_cache.shape[2], cfg.num_splits
         # (splits, tokens, heads, head_dim) of the workspace views, or None with one split.
@@ -69,7 +73,7 @@ class Launch:
             OFFSETS_32=cfg.offsets_32 and _fits_int32(k_cache) and _fits_int32(v_cache),
             USE_SINKS=call.sinks is not None, USE_K_SCALE=call.k_scale is not None,
             USE_V_SCALE=call.v_scale is not None,
-            SOFT_FP8=soft, UPCAST_DOTS=upcast, FP16_DOTS=fp16_dots,
+            SOFT_FP8=soft, UPCAST_DOTS=upcast, FP16_DOTS=fp16_dots, FP8_DOTS=fp8_code,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         self.merge_grid = (tokens, hq)
