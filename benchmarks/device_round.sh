@@ -1,23 +1,47 @@
 #!/usr/bin/env bash
 # One device call: variant sweep, split sweep, peer bench (JSON + PNG), GPU tests; logs into $OUT.
 #   bash benchmarks/device_round.sh [sweep-parts] [bench: 1|0] [tests: 1|0]
+# Extra parts, each switched on by its variable (=1):
+#   WINDOW    DFlash2 windows (2048, q 8 and 16) against the same keys without a window over as many pages
+#   FP8       fp8 caches with the default fp16 dots and with the opt-in fp8 tensor-core dots
+#   HOSTCOST  host cost of one eager call (benchmarks/host_cost.py), direct relaunch on and off
 set -u
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 PARTS="${1:-variants,splits}"; BENCH="${2:-1}"; TESTS="${3:-1}"
 # Extra sweep.py arguments (cells, split counts, variant names); the default re-times 8 x 4K and 1 x 32K splits.
 SWEEP_ARGS="${SWEEP_ARGS:---split-cells 8x4096x16,8x4096x1,1x32768x16 --splits 2,3,4,5,6,8}"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+B="python3 -m dflash_rocm_plugin.bench --no-progress"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 if [[ "$PARTS" != none ]]; then
     timeout 200 python3 benchmarks/sweep.py --out "$OUT/sweep.json" --deadline-s 170 --part "$PARTS" \
         $SWEEP_ARGS ${VARIANTS:+--variants "$VARIANTS"} 2>&1 | tee "$OUT/sweep.txt"
 fi
 if [[ "$BENCH" == 1 ]]; then
-    timeout 240 python3 -m dflash_rocm_plugin.bench --targets-only --peers benchmarks/.peers --save --no-progress \
-        2>&1 | tee "$OUT/bench.txt"
+    timeout 240 $B --targets-only --peers benchmarks/.peers --save 2>&1 | tee "$OUT/bench.txt"
     cp $(ls -t benchmarks/results/*.json benchmarks/results/*.png | head -2) "$OUT/"
     ls -t benchmarks/results/ | head -3
 fi
+if [[ "${WINDOW:-0}" == 1 ]]; then
+    for q in 8 16; do
+        timeout 90 $B --pages 16 --modes draft --window 2048 --q-len "$q" --shapes 32x16K,64x8K,8x4K \
+            --peers benchmarks/.peers --peer-names vllm_unified --peer-shapes 32x16K,64x8K,8x4K \
+            --json "$OUT/window-q$q.json" 2>&1 | tee "$OUT/window-q$q.txt"
+        for pc in 32x16K 64x8K 8x4K; do
+            timeout 60 $B --pages 16 --modes draft --q-len "$q" --shapes "${pc%x*}x2064" --pool-context "${pc#*x}" \
+                --json "$OUT/window-q$q-same-keys-$pc.json" 2>&1 | grep plugin | tee -a "$OUT/window-q$q.txt"
+        done
+    done
+fi
+if [[ "${FP8:-0}" == 1 ]]; then
+    timeout 120 $B --kv fp8 --targets-only --pages 16 --peers benchmarks/.peers --peer-names vllm_unified \
+        --json "$OUT/fp8.json" 2>&1 | tee "$OUT/fp8.txt"
+    timeout 120 $B --kv fp8 --targets-only --pages 16 --force fp8_dots=true \
+        --json "$OUT/fp8-dots.json" 2>&1 | tee "$OUT/fp8-dots.txt"
+fi
+if [[ "${HOSTCOST:-0}" == 1 ]]; then
+    timeout 120 python3 benchmarks/host_cost.py --json "$OUT/host-cost.json" 2>&1 | tee "$OUT/host-cost.txt"
+fi
 if [[ "$TESTS" == 1 ]]; then
-    timeout 150 python3 -m pytest tests/gpu -q -x 2>&1 | tail -15 | tee "$OUT/gpu-tests.txt"
+    timeout 500 python3 -m pytest tests/gpu -q -rs 2>&1 | tail -25 | tee "$OUT/gpu-tests.txt"
 fi
