@@ -43,13 +43,15 @@ def eager_us(calls, reps: int = 30) -> float:
 # Bytes overwritten before each flushed call: several times the largest last-level cache in use
 # (H200 L2 60 MB; MI300X / MI355X Infinity Cache 256 MB).
 FLUSH_BYTES = 1 << 30
+# GPU clock cycles the stream idles after a flush (~0.5 ms at 2 GHz): longer than any host path of a call.
+HOLD_CYCLES = 1_000_000
 
 
 def flushed_us(calls, reps: int = 15, flush_bytes: int = FLUSH_BYTES) -> float:
     """Median time of one call with L2 (and AMD's Infinity Cache) flushed just before it.
 
-    The flush is queued ahead of the call on the same stream, so the host's launch of the call
-    overlaps it and the events see the kernel's own time from cold caches.
+    The flush (and a short hold) is queued ahead of the call on the same stream, so the host's launch
+    of the call overlaps it and the events see the kernel's own time from cold caches.
     """
     scratch = torch.empty(flush_bytes // 4, dtype=torch.float32, device="cuda")
     i = [0]
@@ -62,6 +64,10 @@ def flushed_us(calls, reps: int = 15, flush_bytes: int = FLUSH_BYTES) -> float:
     times = []
     for _ in range(reps):
         scratch.zero_()
+        # The GPU then waits ~0.5 ms more, so the host has queued the call (and its events) before
+        # the stream reaches it: the events see the kernel, not a host that is slower than the flush.
+        if hasattr(torch.cuda, "_sleep"):
+            torch.cuda._sleep(HOLD_CYCLES)
         times += _events_ms(one, 1)
     del scratch
     return statistics.median(times) * 1e3
