@@ -129,9 +129,9 @@ P8_SCALE = tl.constexpr(128.0)
 
 
 @triton.jit
-def _p_operand(p, like):
+def _p_operand(p, like, FP8_DOTS: tl.constexpr):
     """The PV dot's P operand in the dtype of ``like`` (q); fp8 dots take it times P8_SCALE."""
-    if like.dtype.is_fp8():
+    if FP8_DOTS:
         return (p * P8_SCALE).to(like.dtype)
     return p.to(like.dtype)
 
@@ -168,7 +168,8 @@ def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softc
 
 @triton.jit
 def _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
-                MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr, SOFT_FP8: tl.constexpr):
+                MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr, SOFT_FP8: tl.constexpr,
+                FP8_DOTS: tl.constexpr):
     """Online-softmax update of (acc, l, m) by one tile of scores and its V rows."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     if MASKED:
@@ -187,7 +188,7 @@ def _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, s
         v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :] * stride_vd,
                     mask=dim_ok[None, :], other=0.0)
     acc = acc * alpha[:, None]
-    acc = tl.dot(_p_operand(p, q), _dot_operand(v, q, SOFT_FP8), acc, input_precision=DOT_PRECISION)
+    acc = tl.dot(_p_operand(p, q, FP8_DOTS), _dot_operand(v, q, SOFT_FP8), acc, input_precision=DOT_PRECISION)
     return acc, l_i, m_new
 
 
@@ -201,7 +202,7 @@ def _attend_tile(
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr,
     CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
-    SOFT_FP8: tl.constexpr,
+    SOFT_FP8: tl.constexpr, FP8_DOTS: tl.constexpr,
 ):
     """One BLOCK_N-key step of the online softmax for all BLOCK_M query rows.
 
@@ -225,7 +226,7 @@ def _attend_tile(
             visible = visible & ((q_pos[:, None] - key[None, :]) < window)
         s = tl.where(visible, s, float("-inf"))
     return _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
-                       MASKED, DOT_PRECISION, SOFT_FP8)
+                       MASKED, DOT_PRECISION, SOFT_FP8, FP8_DOTS)
 
 
 @triton.jit
@@ -237,7 +238,7 @@ def _attend_full_tiles_overlapped(
     dims, dim_ok,
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
-    SOFT_FP8: tl.constexpr,
+    SOFT_FP8: tl.constexpr, FP8_DOTS: tl.constexpr,
 ):
     """The unmasked tiles [tile_lo, full_hi) with Q K^T of tile t+1 issued before tile t's softmax.
 
@@ -264,7 +265,7 @@ def _attend_full_tiles_overlapped(
                                stride_kb, stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
         acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, None, dims, dim_ok, stride_vd,
-                                    False, DOT_PRECISION, SOFT_FP8)
+                                    False, DOT_PRECISION, SOFT_FP8, FP8_DOTS)
         s = s_next
     return acc, l_i, m_i
 
@@ -329,7 +330,10 @@ def paged_attention_kernel(
         # range, so rows of different size share it; it joins the softmax scale.
         q32 = q.to(tl.float32)
         q_amax = tl.max(tl.max(tl.abs(q32), 1), 0)
-        q_step = tl.where(q_amax > 0.0, q_amax / (448.0 if FP8_DOTS == 1 else 240.0), 1.0)
+        fp8_max = 448.0  # e4m3fn; e4m3fnuz: 240
+        if FP8_DOTS == 2:
+            fp8_max = 240.0
+        q_step = tl.where(q_amax > 0.0, q_amax / fp8_max, 1.0)
         q = (q32 / q_step).to(k_cache_ptr.dtype.element_ty)
         scale = scale * q_step
     if USE_K_SCALE:
@@ -392,7 +396,8 @@ def paged_attention_kernel(
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
-            dims, dim_ok, BLOCK_N, PAGE_SIZE, USE_SOFTCAP, DOT_PRECISION, PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
+            dims, dim_ok, BLOCK_N, PAGE_SIZE, USE_SOFTCAP, DOT_PRECISION, PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8,
+            FP8_DOTS)
     else:
         for t in range(full_lo, full_hi):
             acc, l_i, m_i = _attend_tile(
@@ -401,7 +406,7 @@ def paged_attention_kernel(
                 stride_ks, stride_kh, stride_kd, stride_kb,
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
                 dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
+                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS)
     if USE_WINDOW:
         # The window's lower-edge tiles run last, in one short masked loop with those at the
         # diagonal and the sequence end: the unmasked loop's pipeline starts at once instead of
@@ -415,7 +420,7 @@ def paged_attention_kernel(
                 stride_ks, stride_kh, stride_kd, stride_kb,
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
                 dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
+                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS)
     else:
         for t in range(full_hi, tile_hi):
             acc, l_i, m_i = _attend_tile(
@@ -424,7 +429,7 @@ def paged_attention_kernel(
                 stride_ks, stride_kh, stride_kd, stride_kb,
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
                 dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8)
+                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS)
 
     has_keys = l_i > 0.0
     acc = acc / tl.where(has_keys, l_i, 1.0)[:, None]
