@@ -152,14 +152,20 @@ def fake_gpu(monkeypatch):
     return state
 
 
-def test_repeat_calls_launch_the_kept_kernel_and_anything_new_launches_normally(fake_gpu):
+def _recorded_launch():
+    """A prepared launch of the attention kernel, its pointers, and a Relauncher whose normal and
+    direct launches land in ``log``."""
     call = _call()
     launch = triton_backend.Launch(call)
     kernels, _ = _runtime.kernels()
     log = []
     jit = FakeJit(kernels.paged_attention_kernel, log)
     ptrs, _ = _pointers(call, launch)
-    relaunch = triton_backend.Relauncher()
+    return launch, log, jit, ptrs, triton_backend.Relauncher()
+
+
+def test_repeat_calls_launch_the_kept_kernel_and_anything_new_launches_normally(fake_gpu):
+    launch, log, jit, ptrs, relaunch = _recorded_launch()
 
     def run(pointers=ptrs):
         relaunch(jit, launch.grid, pointers, launch.ints, launch.constexprs)
@@ -169,7 +175,7 @@ def test_repeat_calls_launch_the_kept_kernel_and_anything_new_launches_normally(
     assert run() == "direct"
     fixed = triton_direct._fixed_arguments(jit, True, len(ptrs), launch.ints, launch.constexprs)
     assert log[-1][1] == (*launch.grid, 1000, "fn", "meta", None, None, None, *ptrs, *fixed)
-    odd_q = torch.zeros(call.q.numel() + 1)[1:].view_as(call.q)  # 4-byte aligned, not 16
+    odd_q = torch.zeros(ptrs[0].numel() + 1)[1:].view_as(ptrs[0])  # 4-byte aligned, not 16
     assert run((odd_q, *ptrs[1:])) == "jit"
     assert run((odd_q, *ptrs[1:])) == "direct"
     fake_gpu.device = 1
@@ -188,13 +194,7 @@ def test_repeat_calls_launch_the_kept_kernel_and_anything_new_launches_normally(
 
 
 def test_an_error_in_a_direct_launch_runs_the_normal_one_and_ends_direct_launches(fake_gpu, caplog):
-    call = _call()
-    launch = triton_backend.Launch(call)
-    kernels, _ = _runtime.kernels()
-    log = []
-    jit = FakeJit(kernels.paged_attention_kernel, log)
-    ptrs, _ = _pointers(call, launch)
-    relaunch = triton_backend.Relauncher()
+    launch, log, jit, ptrs, relaunch = _recorded_launch()
     relaunch(jit, launch.grid, ptrs, launch.ints, launch.constexprs)
     compiled = next(iter(relaunch.variants.values()))
 
@@ -216,13 +216,7 @@ def test_an_error_in_a_direct_launch_runs_the_normal_one_and_ends_direct_launche
 def test_a_grid_of_fewer_than_three_dimensions_is_padded_with_ones(fake_gpu):
     """The split merge launches on a 2-D grid: the launcher takes three sizes, as JITFunction.run
     passes them (an unpadded grid raised IndexError on the H200 and ended direct launches)."""
-    call = _call()
-    launch = triton_backend.Launch(call)
-    kernels, _ = _runtime.kernels()
-    log = []
-    jit = FakeJit(kernels.paged_attention_kernel, log)
-    ptrs, _ = _pointers(call, launch)
-    relaunch = triton_backend.Relauncher()
+    launch, log, jit, ptrs, relaunch = _recorded_launch()
     for grid in ((7, 3), (5,)):
         relaunch(jit, grid, ptrs, launch.ints, launch.constexprs)
         relaunch(jit, grid, ptrs, launch.ints, launch.constexprs)
