@@ -407,29 +407,21 @@ def paged_attention_kernel(
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
                 dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
                 PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS)
+    # The masked tiles run last, in one short loop: the diagonal's and the sequence end's, and a
+    # window's lower-edge tiles, so the unmasked loop's pipeline starts at once instead of after
+    # a loop of its own (the online softmax does not depend on the order of tiles).
+    n_head = 0
     if USE_WINDOW:
-        # The window's lower-edge tiles run last, in one short masked loop with those at the
-        # diagonal and the sequence end: the unmasked loop's pipeline starts at once instead of
-        # after a loop of its own (the online softmax does not depend on the order of tiles).
         n_head = tl.maximum(head_hi - tile_lo, 0)
-        for i in range(0, n_head + tile_hi - full_hi):
-            t = tl.where(i < n_head, tile_lo + i, full_hi + i - n_head)
-            acc, l_i, m_i = _attend_tile(
-                acc, l_i, m_i, q, t, tile_base, kv_begin, kv_end, q_pos, window,
-                k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
-                stride_ks, stride_kh, stride_kd, stride_kb,
-                stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
-                dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS)
-    else:
-        for t in range(full_hi, tile_hi):
-            acc, l_i, m_i = _attend_tile(
-                acc, l_i, m_i, q, t, tile_base, kv_begin, kv_end, q_pos, window,
-                k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
-                stride_ks, stride_kh, stride_kd, stride_kb,
-                stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
-                dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS)
+    for i in range(0, n_head + tile_hi - full_hi):
+        t = tl.where(i < n_head, tile_lo + i, full_hi + i - n_head)
+        acc, l_i, m_i = _attend_tile(
+            acc, l_i, m_i, q, t, tile_base, kv_begin, kv_end, q_pos, window,
+            k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
+            stride_ks, stride_kh, stride_kd, stride_kb,
+            stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
+            dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
+            PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS)
 
     has_keys = l_i > 0.0
     acc = acc / tl.where(has_keys, l_i, 1.0)[:, None]
