@@ -113,7 +113,7 @@ def _unique_layouts(models: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        forced = _forced_fields(args.force)
+        forced = args.forced = _forced_fields(args.force)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -158,8 +158,8 @@ def run(args, device) -> int:
     ceiling = timing.copy_ceiling_tbs(device)
     meta = _meta(torch, triton, ceiling)
     meta["dtype"] = args.dtype
-    if args.force:
-        meta["forced_launch"] = _forced_fields(args.force)
+    if args.forced:
+        meta["forced_launch"] = args.forced
     loaded = {}
     if args.peers:
         names = args.peer_names.split(",") if args.peer_names else None
