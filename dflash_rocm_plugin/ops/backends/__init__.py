@@ -56,16 +56,21 @@ def policy(requested: str | None, env: str, choices: tuple[str, ...], argument: 
 def run_attention(call: AttentionCall, backend: str | None) -> str:
     """Run the call on the chosen backend; the name of the backend that ran it."""
     chosen = policy(backend, ATTENTION_ENV, ATTENTION_CHOICES)
-    if chosen == "auto" and _runtime.is_rocm() and tuned_backend(
-            device_index=call.q.device.index, heads=(call.num_q_heads, call.num_kv_heads, call.head_dim),
-                dtype=call.q.dtype, kv_cache_dtype=call.k_cache.dtype, causal=call.causal,
-            num_tokens=call.num_tokens, num_seqs=call.num_seqs, max_query_len=call.max_query_len,
-            kv_keys=call.kv_capacity, page_size=call.page_size) == triton.NAME:
+    if chosen == "auto" and _runtime.is_rocm() and _tuned_backend_of(call) == triton.NAME:
         chosen = triton.NAME
     if chosen != "triton" and aiter.try_attention(call, forced=chosen == "aiter"):
         return aiter.NAME
     triton.run(call)
     return triton.NAME
+
+
+def _tuned_backend_of(call: AttentionCall) -> str | None:
+    """The backend a tuned entry names for this call's bucket, or None."""
+    return tuned_backend(
+        device_index=call.q.device.index, heads=(call.num_q_heads, call.num_kv_heads, call.head_dim),
+        dtype=call.q.dtype, kv_cache_dtype=call.k_cache.dtype, causal=call.causal,
+        num_tokens=call.num_tokens, num_seqs=call.num_seqs, max_query_len=call.max_query_len,
+        kv_keys=call.kv_capacity, page_size=call.page_size)
 
 
 class Prepared:
@@ -82,11 +87,8 @@ class Prepared:
         # Off ROCm it is not worked out (None: routed in full should the platform say ROCm).
         self.aiter_may_serve = None
         if _runtime.is_rocm():
-            self.aiter_may_serve = aiter.attention_problem(call) is None and tuned_backend(
-                device_index=call.q.device.index, heads=(call.num_q_heads, call.num_kv_heads, call.head_dim),
-                dtype=call.q.dtype, kv_cache_dtype=call.k_cache.dtype, causal=call.causal,
-                num_tokens=call.num_tokens, num_seqs=call.num_seqs, max_query_len=call.max_query_len,
-                kv_keys=call.kv_capacity, page_size=call.page_size) != triton.NAME
+            self.aiter_may_serve = (aiter.attention_problem(call) is None
+                                    and _tuned_backend_of(call) != triton.NAME)
 
 
 def run_prepared(p: Prepared, backend: str | None, q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
