@@ -27,9 +27,10 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
     KV head, so both are scalars here).  Tiles are converted to the dot dtype after loading.
   * UPCAST_DOTS: dots in fp32 (the Triton interpreter's bf16 dots are wrong).
   * FP16_DOTS: dots in fp16 for fp8 caches under bf16 queries (see the kernel).
-  * FP8_DOTS (1: e4m3fn, 2: e4m3fnuz; opt-in launch field ``fp8_dots``): fp8 caches dot in fp8
-    on the tensor cores: q joins the cache's format under one scale per program, P is scaled
-    by P8_SCALE into it; no tile is converted.  Costs accuracy (q and P keep 3 mantissa bits).
+  * FP8_DOTS (1: e4m3fn, 2: e4m3fnuz; opt-in launch field ``fp8_dots``): P V of an fp8 cache
+    dots in fp8 on the tensor cores, P scaled by P8_SCALE into V's format, V not converted.
+    FP8_QK: Q K^T too, q joining the cache's format under one scale per program.  Costs
+    accuracy (P, and q, keep 3 mantissa bits).
 
 The key loop runs in two phases (as in Triton's fused-attention tutorial): the
 tiles every row of the program may fully see run without any mask; the few
@@ -129,14 +130,6 @@ P8_SCALE = tl.constexpr(128.0)
 
 
 @triton.jit
-def _p_operand(p, like, FP8_DOTS: tl.constexpr):
-    """The PV dot's P operand in the dtype of ``like`` (q); fp8 dots take it times P8_SCALE."""
-    if FP8_DOTS:
-        return (p * P8_SCALE).to(like.dtype)
-    return p.to(like.dtype)
-
-
-@triton.jit
 def _dot_operand(x, like, SOFT_FP8: tl.constexpr):
     """A loaded K or V tile in the dot's dtype (that of ``like``)."""
     if SOFT_FP8:
@@ -188,7 +181,10 @@ def _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, s
         v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :] * stride_vd,
                     mask=dim_ok[None, :], other=0.0)
     acc = acc * alpha[:, None]
-    acc = tl.dot(_p_operand(p, q, FP8_DOTS), _dot_operand(v, q, SOFT_FP8), acc, input_precision=DOT_PRECISION)
+    if FP8_DOTS:
+        acc = tl.dot((p * P8_SCALE).to(v.dtype), v, acc)
+    else:
+        acc = tl.dot(p.to(q.dtype), _dot_operand(v, q, SOFT_FP8), acc, input_precision=DOT_PRECISION)
     return acc, l_i, m_new
 
 
@@ -292,6 +288,7 @@ def paged_attention_kernel(
     PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr, OVERLAP_QK: tl.constexpr,
     USE_SINKS: tl.constexpr, USE_K_SCALE: tl.constexpr, USE_V_SCALE: tl.constexpr,
     SOFT_FP8: tl.constexpr, UPCAST_DOTS: tl.constexpr, FP16_DOTS: tl.constexpr, FP8_DOTS: tl.constexpr,
+    FP8_QK: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -325,7 +322,7 @@ def paged_attention_kernel(
         # fp8 tiles convert to fp16 in one instruction per pair (bf16 takes a second step), and
         # fp16 holds every e4m3 value and P exactly; q is saturated into fp16's range.
         q = tl.minimum(tl.maximum(q.to(tl.float32), -65504.0), 65504.0).to(tl.float16)
-    if FP8_DOTS:
+    if FP8_QK:
         # One scale for the program's rows: e4m3 keeps 3 mantissa bits at any magnitude of its
         # range, so rows of different size share it; it joins the softmax scale.
         q32 = q.to(tl.float32)

@@ -56,10 +56,13 @@ class AttentionLaunch:
     # Warps per split-merge program (one query row x head, SPLITS x HEAD_DIM floats).  H200:
     # 1 warp makes 8 x 4K 2.47 -> 2.94 TB/s (4 warps: 4 096 near-empty 128-thread programs).
     merge_warps: int = 1
-    # fp8 caches: Q K^T and P V as fp8 tensor-core dots, q and P joining the cache's format
-    # (kernels/paged_attention.py, FP8_DOTS).  Off unless forced: its speed and accuracy cost are
-    # measured first (benchmarks/NOTES.md).
-    fp8_dots: bool = False
+    # fp8 caches: which dots run as fp8 tensor-core dots, "none", "pv" (P joins V's format) or
+    # "qk_pv" (q joins K's too) (kernels/paged_attention.py, FP8_DOTS, FP8_QK).  "none" unless
+    # forced: their speed and accuracy cost are in benchmarks/NOTES.md.
+    fp8_dots: str = "none"
+
+
+FP8_DOTS_MODES = ("none", "pv", "qk_pv")
 
 
 # Field overrides applied by ``choose`` (benchmark sweeps only; see ``forced``).
@@ -72,6 +75,8 @@ def forced(**fields):
     unknown = set(fields) - {f.name for f in dataclasses.fields(AttentionLaunch)}
     if unknown:
         raise ValueError(f"unknown launch fields {sorted(unknown)}")
+    if fields.get("fp8_dots", "none") not in FP8_DOTS_MODES:
+        raise ValueError(f"fp8_dots={fields['fp8_dots']!r}: expected one of {FP8_DOTS_MODES}")
     saved = dict(_forced)
     _forced.update(fields)
     try:

@@ -132,8 +132,9 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
         PAGE_IDS_ASM=cfg.page_ids_asm, OFFSETS_32=cfg.offsets_32, OVERLAP_QK=cfg.overlap_qk,
         USE_SINKS=sinks, USE_K_SCALE=cache is not None, USE_V_SCALE=cache is not None, SOFT_FP8=soft,
         UPCAST_DOTS=False,
-        FP16_DOTS=cache is not None and dtype == "bf16" and not getattr(cfg, "fp8_dots", False),
-        FP8_DOTS=({"fp8-fn": 1, "fp8-fnuz": 2}.get(cache, 0) if getattr(cfg, "fp8_dots", False) else 0),
+        FP16_DOTS=cache is not None and dtype == "bf16" and cfg.fp8_dots != "qk_pv",
+        FP8_DOTS=({"fp8-fn": 1, "fp8-fnuz": 2}.get(cache, 0) if cfg.fp8_dots != "none" else 0),
+        FP8_QK=cfg.fp8_dots == "qk_pv",
     )
     out = [_compile(arch, _signature(native.paged_attention_kernel, values, constexprs),
                     cfg.num_warps, cfg.num_stages)]

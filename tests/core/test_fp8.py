@@ -176,11 +176,12 @@ def test_fp8_dots_are_never_used_where_the_cache_is_decoded_from_bytes(fmt):
     from dflash_rocm_plugin.ops.call import AttentionCall
     case = build([40, 9], [16, 3], dtype=torch.float16, cache_dtype=fmt)
     plain = ops.paged_attention(*case.args(), causal=True)
-    with launch_config.forced(fp8_dots=True):
+    with launch_config.forced(fp8_dots="qk_pv"):
         forced = ops.paged_attention(*case.args(), causal=True)
         q, k, v, table, sl, qsl = case.args()
         call = AttentionCall(q, k, v, table, sl, qsl, torch.empty_like(q), causal=True, scale=0.1, window=0,
                              softcap=0.0, max_query_len=None, num_kv_splits=None, workspace=None)
         prepared = triton_backend.Launch(call)
-    assert prepared.cfg.fp8_dots and prepared.constexprs["FP8_DOTS"] == 0 and prepared.soft
+    assert prepared.cfg.fp8_dots == "qk_pv" and prepared.constexprs["FP8_DOTS"] == 0 and prepared.soft
+    assert not prepared.constexprs["FP8_QK"]
     assert torch.equal(plain, forced)

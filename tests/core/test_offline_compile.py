@@ -6,6 +6,7 @@ ops.paged_attention would ask for it on that GPU; tests/core/offline_compile.py 
 """
 
 import dataclasses
+import itertools
 import re
 
 import pytest
@@ -147,12 +148,12 @@ def test_inline_page_id_reads_stay_inside_the_sequence(splits, causal):
 
 
 def test_fp8_dot_launches_compile_for_every_gpu(monkeypatch):
-    """The opt-in fp8 tensor-core dots (``fp8_dots``) build for each GPU's native fp8 format,
-    draft and verify, split and not, and fit its shared memory."""
+    """The opt-in fp8 tensor-core dots (``fp8_dots``: P V alone, and Q K^T too) build for each GPU's
+    native fp8 format, draft and verify, split and not, and fit its shared memory."""
     jobs = []
-    for arch in sorted(DEVICES):
+    for arch, mode in itertools.product(sorted(DEVICES), ("pv", "qk_pv")):
         for hq, batch, context, page, causal in ((32, 32, 16384, 16, False), (32, 8, 4096, 1, True), (64, 8, 4096, 16, True)):
-            cfg = dataclasses.replace(_launch(monkeypatch, arch, hq, 8, 128, batch, context, page), fp8_dots=True)
+            cfg = dataclasses.replace(_launch(monkeypatch, arch, hq, 8, 128, batch, context, page), fp8_dots=mode)
             jobs.append(dict(arch=arch, launch=dataclasses.asdict(cfg), shape=dict(
                 num_q_heads=hq, num_kv_heads=8, head_dim=128, page_size=page, causal=causal, num_tokens=batch * 16,
                 num_seqs=batch, table_width=context // page, cache=NATIVE_FP8[arch])))

@@ -46,11 +46,12 @@ class Launch:
         # The interpreter's bf16 dots are wrong; it runs them in fp32.  fp8 tiles under bf16
         # queries convert to fp16 for the dots: half the conversion work of bf16 (kernel docstring).
         # With ``fp8_dots`` a natively converted fp8 cache dots in fp8 instead (the kernel docstring).
-        fp8_dots = (cfg.fp8_dots and call.fp8 and not soft and q.dtype in (torch.float16, torch.bfloat16)
-                    and not _runtime.interpreting())
-        fp8_code = (1 if k_cache.dtype == torch.float8_e4m3fn else 2) if fp8_dots else 0
-        fp16_dots = call.fp8 and q.dtype == torch.bfloat16 and not fp8_dots
-        upcast = q.dtype == torch.bfloat16 and not fp16_dots and not fp8_dots and _runtime.interpreting()
+        fp8_dots = (cfg.fp8_dots if call.fp8 and not soft and q.dtype in (torch.float16, torch.bfloat16)
+                    and not _runtime.interpreting() else "none")
+        fp8_code = (1 if k_cache.dtype == torch.float8_e4m3fn else 2) if fp8_dots != "none" else 0
+        fp8_qk = fp8_dots == "qk_pv"
+        fp16_dots = call.fp8 and q.dtype == torch.bfloat16 and not fp8_qk
+        upcast = q.dtype == torch.bfloat16 and not fp16_dots and not fp8_qk and _runtime.interpreting()
         tokens, hq, d = q.shape
         seqs, hkv, splits = call.num_seqs, k_cache.shape[2], cfg.num_splits
         # (splits, tokens, heads, head_dim) of the workspace views, or None with one split.
@@ -74,6 +75,7 @@ class Launch:
             USE_SINKS=call.sinks is not None, USE_K_SCALE=call.k_scale is not None,
             USE_V_SCALE=call.v_scale is not None,
             SOFT_FP8=soft, UPCAST_DOTS=upcast, FP16_DOTS=fp16_dots, FP8_DOTS=fp8_code,
+            FP8_QK=fp8_qk,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         self.merge_grid = (tokens, hq)
