@@ -3,7 +3,7 @@
 #   bash benchmarks/device_round.sh [sweep-parts] [bench: 1|0] [tests: 1|0]
 # Extra parts, each switched on by its variable (=1):
 #   WINDOW    DFlash2 windows (2048, q 8 and 16) against the same keys without a window over as many pages
-#   FP8       fp8 caches with the default fp16 dots and with the opt-in fp8 tensor-core dots
+#   FP8       fp8 caches: the default launch, then each opt-in fp8 launch (time and error)
 #   HOSTCOST  host cost of one eager call (benchmarks/host_cost.py), direct relaunch on and off
 set -u
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -36,8 +36,12 @@ fi
 if [[ "${FP8:-0}" == 1 ]]; then
     timeout 120 $B --kv fp8 --targets-only --pages 16 --peers benchmarks/.peers --peer-names vllm_unified \
         --json "$OUT/fp8.json" 2>&1 | tee "$OUT/fp8.txt"
-    timeout 120 $B --kv fp8 --targets-only --pages 16 --force fp8_dots=true \
-        --json "$OUT/fp8-dots.json" 2>&1 | tee "$OUT/fp8-dots.txt"
+    for force in pv_transposed=true fp8_dots=pv fp8_dots=qk_pv; do
+        timeout 80 $B --kv fp8 --targets-only --pages 16 --force "$force" --tolerance 0.06 \
+            --json "$OUT/fp8-${force%%=*}-${force#*=}.json" 2>&1 | tee "$OUT/fp8-${force%%=*}-${force#*=}.txt"
+    done
+    timeout 150 python3 -m pytest tests/gpu/test_fp8_opt_in_launches.py -q -s 2>&1 | grep -E "rel err|passed|failed" \
+        | tee "$OUT/fp8-errors.txt"
 fi
 if [[ "${HOSTCOST:-0}" == 1 ]]; then
     timeout 120 python3 benchmarks/host_cost.py --json "$OUT/host-cost.json" 2>&1 | tee "$OUT/host-cost.txt"

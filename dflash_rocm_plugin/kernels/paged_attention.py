@@ -31,6 +31,8 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
     dots in fp8 on the tensor cores, P scaled by P8_SCALE into V's format, V not converted.
     FP8_QK: Q K^T too, q joining the cache's format under one scale per program.  Costs
     accuracy (P, and q, keep 3 mantissa bits).
+  * PV_T (launch field ``pv_transposed``): the accumulator holds O^T, so V is the A operand of
+    its dot (see ``_softmax_pv``).
 
 The key loop runs in two phases (as in Triton's fused-attention tutorial): the
 tiles every row of the program may fully see run without any mask; the few
@@ -162,7 +164,7 @@ def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softc
 @triton.jit
 def _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
                 MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr, SOFT_FP8: tl.constexpr,
-                FP8_DOTS: tl.constexpr):
+                FP8_DOTS: tl.constexpr, PV_T: tl.constexpr):
     """Online-softmax update of (acc, l, m) by one tile of scores and its V rows."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     if MASKED:
@@ -180,11 +182,19 @@ def _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, s
     else:
         v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :] * stride_vd,
                     mask=dim_ok[None, :], other=0.0)
-    acc = acc * alpha[:, None]
     if FP8_DOTS:
-        acc = tl.dot((p * P8_SCALE).to(v.dtype), v, acc)
+        p_op, v_op = (p * P8_SCALE).to(v.dtype), v
     else:
-        acc = tl.dot(p.to(q.dtype), _dot_operand(v, q, SOFT_FP8), acc, input_precision=DOT_PRECISION)
+        p_op, v_op = p.to(q.dtype), _dot_operand(v, q, SOFT_FP8)
+    if PV_T:
+        # acc holds O^T = V^T P^T: V is then the A operand, which Hopper's wgmma takes from
+        # registers, where an fp8 B operand must lie K-major in shared memory (a transposing
+        # copy that also stops V's loads from pipelining).
+        acc = acc * alpha[None, :]
+        acc = tl.dot(tl.trans(v_op), tl.trans(p_op), acc, input_precision=DOT_PRECISION)
+    else:
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p_op, v_op, acc, input_precision=DOT_PRECISION)
     return acc, l_i, m_new
 
 
@@ -198,7 +208,7 @@ def _attend_tile(
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr,
     CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
-    SOFT_FP8: tl.constexpr, FP8_DOTS: tl.constexpr,
+    SOFT_FP8: tl.constexpr, FP8_DOTS: tl.constexpr, PV_T: tl.constexpr,
 ):
     """One BLOCK_N-key step of the online softmax for all BLOCK_M query rows.
 
@@ -222,7 +232,7 @@ def _attend_tile(
             visible = visible & ((q_pos[:, None] - key[None, :]) < window)
         s = tl.where(visible, s, float("-inf"))
     return _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
-                       MASKED, DOT_PRECISION, SOFT_FP8, FP8_DOTS)
+                       MASKED, DOT_PRECISION, SOFT_FP8, FP8_DOTS, PV_T)
 
 
 @triton.jit
@@ -234,7 +244,7 @@ def _attend_full_tiles_overlapped(
     dims, dim_ok,
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
-    SOFT_FP8: tl.constexpr, FP8_DOTS: tl.constexpr,
+    SOFT_FP8: tl.constexpr, FP8_DOTS: tl.constexpr, PV_T: tl.constexpr,
 ):
     """The unmasked tiles [tile_lo, full_hi) with Q K^T of tile t+1 issued before tile t's softmax.
 
@@ -261,7 +271,7 @@ def _attend_full_tiles_overlapped(
                                stride_kb, stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
         acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, None, dims, dim_ok, stride_vd,
-                                    False, DOT_PRECISION, SOFT_FP8, FP8_DOTS)
+                                    False, DOT_PRECISION, SOFT_FP8, FP8_DOTS, PV_T)
         s = s_next
     return acc, l_i, m_i
 
@@ -288,7 +298,7 @@ def paged_attention_kernel(
     PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr, OVERLAP_QK: tl.constexpr,
     USE_SINKS: tl.constexpr, USE_K_SCALE: tl.constexpr, USE_V_SCALE: tl.constexpr,
     SOFT_FP8: tl.constexpr, UPCAST_DOTS: tl.constexpr, FP16_DOTS: tl.constexpr, FP8_DOTS: tl.constexpr,
-    FP8_QK: tl.constexpr,
+    FP8_QK: tl.constexpr, PV_T: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -384,7 +394,10 @@ def paged_attention_kernel(
         sink = tl.load(sinks_ptr + head, mask=row_ok, other=float("-inf")).to(tl.float32) * LOG2E
         m_i = tl.where(split == 0, sink, m_i)
         l_i = tl.where(split == 0, 1.0, l_i)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
+    if PV_T:
+        acc = tl.zeros([HEAD_DIM_PAD, BLOCK_M], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
     bt_row = block_table_ptr + seq.to(tl.int64) * stride_bts
 
     if OVERLAP_QK:
@@ -394,7 +407,7 @@ def paged_attention_kernel(
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
             dims, dim_ok, BLOCK_N, PAGE_SIZE, USE_SOFTCAP, DOT_PRECISION, PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8,
-            FP8_DOTS)
+            FP8_DOTS, PV_T)
     else:
         for t in range(full_lo, full_hi):
             acc, l_i, m_i = _attend_tile(
@@ -403,7 +416,7 @@ def paged_attention_kernel(
                 stride_ks, stride_kh, stride_kd, stride_kb,
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
                 dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS)
+                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T)
     # The masked tiles run last, in one short loop: the diagonal's and the sequence end's, and a
     # window's lower-edge tiles, so the unmasked loop's pipeline starts at once instead of after
     # a loop of its own (the online softmax does not depend on the order of tiles).
@@ -418,8 +431,10 @@ def paged_attention_kernel(
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
             dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-            PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS)
+            PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T)
 
+    if PV_T:
+        acc = tl.trans(acc)
     has_keys = l_i > 0.0
     acc = acc / tl.where(has_keys, l_i, 1.0)[:, None]
     if FP8_DOTS:

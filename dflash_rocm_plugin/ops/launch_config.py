@@ -60,6 +60,9 @@ class AttentionLaunch:
     # "qk_pv" (q joins K's too) (kernels/paged_attention.py, FP8_DOTS, FP8_QK).  "none" unless
     # forced: their speed and accuracy cost are in benchmarks/NOTES.md.
     fp8_dots: str = "none"
+    # P V computed transposed (O^T = V^T P^T; kernels/paged_attention.py, PV_T): V then enters the
+    # dot from registers, as Hopper's fp8 dots need for V (see the kernel).  Forced only.
+    pv_transposed: bool = False
 
 
 FP8_DOTS_MODES = ("none", "pv", "qk_pv")

@@ -148,12 +148,14 @@ def test_inline_page_id_reads_stay_inside_the_sequence(splits, causal):
 
 
 def test_fp8_dot_launches_compile_for_every_gpu(monkeypatch):
-    """The opt-in fp8 tensor-core dots (``fp8_dots``: P V alone, and Q K^T too) build for each GPU's
-    native fp8 format, draft and verify, split and not, and fit its shared memory."""
+    """The opt-in fp8 launches (``fp8_dots``: P V alone, and Q K^T too; ``pv_transposed`` with the
+    default fp16 dots) build for each GPU's native fp8 format, draft and verify, split and not, and
+    fit its shared memory."""
     jobs = []
-    for arch, mode in itertools.product(sorted(DEVICES), ("pv", "qk_pv")):
+    variants = (dict(fp8_dots="pv"), dict(fp8_dots="qk_pv"), dict(pv_transposed=True))
+    for arch, variant in itertools.product(sorted(DEVICES), variants):
         for hq, batch, context, page, causal in ((32, 32, 16384, 16, False), (32, 8, 4096, 1, True), (64, 8, 4096, 16, True)):
-            cfg = dataclasses.replace(_launch(monkeypatch, arch, hq, 8, 128, batch, context, page), fp8_dots=mode)
+            cfg = dataclasses.replace(_launch(monkeypatch, arch, hq, 8, 128, batch, context, page), **variant)
             jobs.append(dict(arch=arch, launch=dataclasses.asdict(cfg), shape=dict(
                 num_q_heads=hq, num_kv_heads=8, head_dim=128, page_size=page, causal=causal, num_tokens=batch * 16,
                 num_seqs=batch, table_width=context // page, cache=NATIVE_FP8[arch])))
@@ -161,3 +163,34 @@ def test_fp8_dot_launches_compile_for_every_gpu(monkeypatch):
         assert not isinstance(result, dict), (job["arch"], result.get("error"))
         for kernel in result:
             assert kernel["shared"] <= offline_compile.SHARED_LIMIT[job["arch"]], (job["arch"], kernel["shared"])
+
+
+def _dot_operand_types(ir: str) -> list[tuple[str, str, str]]:
+    """(A, B, result) types of every Hopper warp-group dot in the IR."""
+    out = []
+    for line in ir.splitlines():
+        if "ttng.warp_group_dot " in line:
+            sig = re.sub(r"\s*loc\(.*", "", line).rsplit(" : ", 1)[1]
+            a, rest = sig.split(" * ", 1)
+            b, result = rest.split(" -> ", 1)
+            out.append((a, b, result))
+    return out
+
+
+def test_transposed_pv_takes_a_converted_fp8_v_from_registers():
+    """What ``pv_transposed`` is for: on Hopper an fp8 V tile converted to fp16 is the B operand of
+    P V, which wgmma reads from shared memory, so each tile is stored back there after conversion;
+    as O^T = V^T P^T the converted V is the A operand, taken from registers."""
+    pv_dots = {}
+    for pvt in (False, True):
+        cfg = launch_config.AttentionLaunch(block_q=16, block_m=64, block_n=64, head_dim_pad=128, num_splits=1,
+                                            num_warps=4, num_stages=5, pv_transposed=pvt)
+        shape = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, causal=True, num_tokens=512,
+                     num_seqs=32, table_width=1024, cache="fp8-fn")
+        [result] = offline_compile.run([dict(kernel="attention_ttgir", arch="sm_90", launch=dataclasses.asdict(cfg),
+                                             shape=shape)])
+        assert "ttgir" in result, result.get("error")
+        # Q K^T yields 64 x 64 scores (BLOCK_M x BLOCK_N); P V the 64 x 128 output or its transpose.
+        pv_dots[pvt] = {d for d in _dot_operand_types(result["ttgir"]) if not d[2].startswith("tensor<64x64x")}
+    assert pv_dots[False] and all(b.startswith("!ttg.memdesc<64x128xf16") for _, b, _ in pv_dots[False])
+    assert pv_dots[True] and all(a.startswith("tensor<128x64xf16") for a, _, _ in pv_dots[True])

@@ -109,6 +109,18 @@ def test_overlapped_score_loop_matches_reference(causal, block_size, splits, sof
         check(case, causal=causal, num_kv_splits=splits, softcap=softcap)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("block_size,splits,window,overlap", [(16, 1, None, False), (1, 3, None, True),
+                                                              (5, 2, 40, False), (16, 1, 7, True)])
+def test_transposed_pv_matches_reference(causal, block_size, splits, window, overlap):
+    """The accumulator held as O^T (``pv_transposed``): same answer over full, masked, windowed
+    and split loops, with and without the overlapped score loop, and with a padded head dim."""
+    case = build([300, 77, 16, 129, 64], [16, 1, 16, 16, 3], num_q_heads=8, num_kv_heads=2, head_dim=40,
+                 block_size=block_size, padding_rows=3)
+    with launch_config.forced(pv_transposed=True, overlap_qk=overlap):
+        check(case, causal=causal, num_kv_splits=splits, sliding_window=window)
+
+
 def test_split_kv_with_more_splits_than_key_tiles():
     # Most splits own no keys at all and must contribute nothing (lse = -inf).
     check(build([10, 3], [4, 1]), causal=True, num_kv_splits=8)

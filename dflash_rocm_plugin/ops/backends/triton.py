@@ -75,7 +75,7 @@ class Launch:
             USE_SINKS=call.sinks is not None, USE_K_SCALE=call.k_scale is not None,
             USE_V_SCALE=call.v_scale is not None,
             SOFT_FP8=soft, UPCAST_DOTS=upcast, FP16_DOTS=fp16_dots, FP8_DOTS=fp8_code,
-            FP8_QK=fp8_qk,
+            FP8_QK=fp8_qk, PV_T=cfg.pv_transposed,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         self.merge_grid = (tokens, hq)

@@ -1,9 +1,10 @@
-"""The opt-in fp8 tensor-core dots (``fp8_dots``) over fp8 caches, compiled for the GPU, bf16 queries.
+"""The opt-in launches for fp8 caches, compiled for the GPU, bf16 queries.
 
-"pv": P is scaled into V's fp8 format; "qk_pv": q also joins K's under one scale per program.  So the
-answer is further from the float64 reference of the dequantized cache than the default fp16 dots
-(which only round P to fp16): it must stay within each mode's relative error, differ from the default
-(the switch takes effect), and replay bitwise under graph capture.
+``fp8_dots``: "pv": P is scaled into V's fp8 format; "qk_pv": q also joins K's under one scale per
+program.  So the answer is further from the float64 reference of the dequantized cache than the
+default fp16 dots (which only round P to fp16): it must stay within each mode's relative error and
+differ from the default (the switch takes effect).  ``pv_transposed`` (O^T = V^T P^T, fp16 dots)
+keeps the default's error.  Each replays bitwise under graph capture.
 """
 
 import pytest
@@ -15,8 +16,13 @@ from tests.gpu.test_fp8_sinks_window import _build, _rel
 
 pytestmark = pytest.mark.gpu
 NATIVE = torch.float8_e4m3fnuz if ops.gpu_arch().startswith("gfx94") else torch.float8_e4m3fn
-TOLERANCE = {"pv": 5e-2, "qk_pv": 5e-2}
-MODES = sorted(TOLERANCE)
+# launch fields forced, relative error allowed, whether the answer must differ from the default's
+VARIANTS = {
+    "fp8-pv": (dict(fp8_dots="pv"), 5e-2, True),
+    "fp8-qk-pv": (dict(fp8_dots="qk_pv"), 5e-2, True),
+    "pv-transposed": (dict(pv_transposed=True), 1e-2, False),
+}
+MODES = sorted(VARIANTS)
 
 
 def _run(args, causal, **kw):
@@ -31,42 +37,46 @@ def _run(args, causal, **kw):
 @pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
 @pytest.mark.parametrize("page", [16, 1])
 @pytest.mark.parametrize("splits", [None, 4], ids=["chosen", "4-splits"])
-def test_fp8_dots_stay_close_to_the_reference(mode, causal, page, splits):
+def test_opt_in_launch_stays_close_to_the_reference(mode, causal, page, splits):
     args = _build([1000, 4111, 16, 2049], page, cache=NATIVE, seed=7)
     scales = dict(k_scale=torch.tensor([0.75], device="cuda"), v_scale=torch.tensor([1.25], device="cuda"))
     default = _run(args, causal, num_kv_splits=splits, **scales)
-    with launch_config.forced(fp8_dots=mode):
+    fields, tolerance, differs = VARIANTS[mode]
+    with launch_config.forced(**fields):
         out = _run(args, causal, num_kv_splits=splits, **scales)
     q, k, v, table, sl, qsl = args
     ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=causal,
                                     **{n: t.cpu() for n, t in scales.items()})
     assert torch.isfinite(out).all()
     err, err_default = _rel(out, ref), _rel(default, ref)
-    print(f"fp8 dots {mode} rel err {err:.2e} (fp16 dots {err_default:.2e})")
-    assert err < TOLERANCE[mode] and not torch.equal(out, default)
+    print(f"{mode} rel err {err:.2e} (default {err_default:.2e})")
+    assert err < tolerance
+    if differs:
+        assert not torch.equal(out, default)
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_fp8_dots_with_a_window_and_sinks(mode):
+def test_opt_in_launch_with_a_window_and_sinks(mode):
     args = _build([3000, 700], 16, hq=64, hkv=8, d=64, cache=NATIVE, seed=8)
     sinks = torch.randn(64, device="cuda") + 1.0
     kw = dict(sliding_window=128, sinks=sinks)
-    with launch_config.forced(fp8_dots=mode):
+    fields, tolerance, _ = VARIANTS[mode]
+    with launch_config.forced(**fields):
         out = _run(args, True, **kw)
     q, k, v, table, sl, qsl = args
     ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=True,
                                     sliding_window=128, sinks=sinks.cpu())
-    assert _rel(out, ref) < TOLERANCE[mode]
+    assert _rel(out, ref) < tolerance
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_fp8_dots_replay_bitwise_under_graph_capture(mode):
+def test_opt_in_launch_replays_bitwise_under_graph_capture(mode):
     args = _build([4096] * 8, 16, cache=NATIVE, seed=9)
     q, k, v, table, sl, qsl = args
     ws = torch.empty(ops.workspace_floats(num_q_heads=32, num_kv_heads=8, head_dim=128, max_num_seqs=8,
                                           max_kv_len=table.shape[1] * 16), dtype=torch.float32, device="cuda")
     out = torch.full_like(q, float("nan"))
-    with launch_config.forced(fp8_dots=mode):
+    with launch_config.forced(**VARIANTS[mode][0]):
         def call():
             ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=16, workspace=ws)
         call()
