@@ -50,7 +50,7 @@ def _get(device: torch.device, numel: int) -> torch.Tensor:
 def scratch(device: torch.device, num_splits: int, num_tokens: int, num_q_heads: int, head_dim: int,
             given: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse): flat float32 tensors starting where the partial outputs [S, T, H, D] and
-    log-sum-exps [S, T, H] lie, contiguous; ``partials`` gives them their shapes."""
+    log-sum-exps [S, T, H] lie, contiguous (the kernels take their strides)."""
     n_out = num_splits * num_tokens * num_q_heads * head_dim
     n_lse = num_splits * num_tokens * num_q_heads
     if given is not None:
@@ -64,12 +64,3 @@ def scratch(device: torch.device, num_splits: int, num_tokens: int, num_q_heads:
         buf = _get(device, n_out + n_lse)
     return buf, buf[n_out:]
 
-
-def partials(device: torch.device, num_splits: int, num_tokens: int, num_q_heads: int,
-             head_dim: int, given: torch.Tensor | None = None):
-    """Views (out [S, T, H, D], lse [S, T, H]) over the workspace."""
-    buf, rest = scratch(device, num_splits, num_tokens, num_q_heads, head_dim, given)
-    n_out = num_splits * num_tokens * num_q_heads * head_dim
-    out = buf[:n_out].view(num_splits, num_tokens, num_q_heads, head_dim)
-    lse = rest[:num_splits * num_tokens * num_q_heads].view(num_splits, num_tokens, num_q_heads)
-    return out, lse

@@ -116,8 +116,8 @@ def test_workspace_refuses_to_grow_inside_capture(monkeypatch):
     monkeypatch.setattr(workspace, "_buffers", {})
     monkeypatch.setattr(workspace, "_capturing", lambda dev: True)
     with pytest.raises(RuntimeError, match=r"pass them as paged_attention\(\.\.\., workspace=\)"):
-        workspace.partials(device, 4, 32, 4, 16)
+        workspace.scratch(device, 4, 32, 4, 16)
     given = torch.empty(workspace.elements(4, 32, 4, 16))
-    out, lse = workspace.partials(device, 4, 32, 4, 16, given)  # the caller's: views only
-    assert out.shape == (4, 32, 4, 16) and lse.shape == (4, 32, 4)
-    assert out.untyped_storage().data_ptr() == given.untyped_storage().data_ptr()
+    out, lse = workspace.scratch(device, 4, 32, 4, 16, given)  # the caller's: views only
+    assert out.untyped_storage().data_ptr() == lse.untyped_storage().data_ptr() == given.untyped_storage().data_ptr()
+    assert lse.storage_offset() == 4 * 32 * 4 * 16 and workspace._buffers == {}

@@ -122,7 +122,7 @@ def _fits_int32(cache: torch.Tensor) -> bool:
 
 
 def _partial_strides(num_splits: int, num_tokens: int, num_q_heads: int, head_dim: int):
-    """Strides of the contiguous workspace views ``workspace.partials`` makes: out [S, T, H, D], lse [S, T, H]."""
+    """Strides of the contiguous partials ``workspace.scratch`` holds: out [S, T, H, D], lse [S, T, H]."""
     if num_splits == 1:
         return (0, 0, 0, 0, 0)
     return (num_tokens * num_q_heads * head_dim, num_q_heads * head_dim, head_dim, num_tokens * num_q_heads,
