@@ -123,6 +123,31 @@ def _tuned_line(info) -> str:
     return f"{info['buckets']} shape buckets for {info['arch']} - {files}"
 
 
+def fp8_report(arch: str | None) -> dict:
+    """Which fp8 cache format this GPU converts in hardware (``ops.native_fp8_dtype``)."""
+    try:
+        import torch
+
+        from dflash_rocm_plugin import ops
+        formats = [str(d).replace("torch.", "") for d in ops.FP8_KV_CACHE_DTYPES]
+        if arch is None or ops.interpreting():
+            return {"native": None, "decoded": formats}
+        native = str(ops.native_fp8_dtype(arch)).replace("torch.", "")
+        return {"native": native, "decoded": [f for f in formats if f != native]}
+    except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
+        return {"native": None, "error": repr(exc)}
+
+
+def _fp8_line(info: dict, arch: str | None) -> str:
+    if info.get("error"):
+        return f"unknown ({info['error']})"
+    decoded = " and ".join(info["decoded"])
+    if info["native"] is None:
+        return f"{decoded} decoded from their bytes (no GPU conversion here)"
+    return (f"{info['native']} converted by {arch} (the format its hosts' --kv-cache-dtype fp8 uses); "
+            f"{decoded} decoded from its bytes, slower")
+
+
 def triton_report() -> dict:
     """Whether the kernels can run: the plugin uses whichever ``triton`` module torch's build brings."""
     try:
@@ -216,8 +241,10 @@ def declared_fixes(host: str) -> tuple:
 def collect(hosts=("vllm", "sglang")) -> dict:
     versions = {name: package_version(dists) for name, dists in PACKAGES}
     ranges = supported_ranges()
-    report = {"plugin": __version__, **platform_info(), "versions": versions,
+    platform = platform_info()
+    report = {"plugin": __version__, **platform, "versions": versions,
               "triton": triton_report(), "kernel_path": kernel_path(), "tuned_launches": tuned_launches(),
+              "fp8": fp8_report(platform["gpu_arch"]),
               "switches": switches.state(),
               "hosts": {}}
     for host in hosts:
@@ -272,6 +299,7 @@ def render(report: dict) -> str:
              f"kernel path: {_kernel_line(report['kernel_path'])}",
              f"triton launches: {_launch_line(report['kernel_path'])}",
              f"tuned launches: {_tuned_line(report['tuned_launches'])}",
+             f"fp8 KV caches: {_fp8_line(report['fp8'], report.get('gpu_arch'))}",
              _switch_line(report["switches"])]
     for host, h in report["hosts"].items():
         if not h["installed"]:

@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="write dated JSON and PNG into benchmarks/results/")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     p.add_argument("--kv", default="bf16", choices=sorted(shapes_mod.KV_BYTES),
-                   help="cache element type: the query dtype, or fp8 (e4m3fn, per-tensor scales)")
+                   help="cache element type: the query dtype, or fp8 (the GPU's own format: e4m3fnuz on "
+                        "gfx94x, e4m3fn elsewhere; per-tensor scales)")
     p.add_argument("--window", type=int, default=None, help="sliding window of every shape (keys)")
     p.add_argument("--sinks", action="store_true", help="attention sinks (one logit per query head)")
     p.add_argument("--q-len", type=int, default=16, help="query rows per sequence (DFlash2 blocks: 8; decode: 1)")

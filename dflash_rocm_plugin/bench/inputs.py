@@ -66,7 +66,10 @@ def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0, shuffle: bo
     qsl = torch.arange(0, (b + 1) * ql, ql, dtype=torch.int32, device=device)
     case = Case(shape, q, k_cache, v_cache, tables, seq_lens, qsl, d ** -0.5)
     if shape.kv == "fp8":
-        case.k_cache, case.v_cache = k_cache.to(torch.float8_e4m3fn), v_cache.to(torch.float8_e4m3fn)
+        # The GPU's own format (e4m3fnuz on MI300X), as its hosts keep fp8 caches.
+        from dflash_rocm_plugin import ops
+        fmt = ops.native_fp8_dtype(ops.gpu_arch(device.index)) if device.type == "cuda" else torch.float8_e4m3fn
+        case.k_cache, case.v_cache = k_cache.to(fmt), v_cache.to(fmt)
         case.k_scale = torch.tensor([0.75], device=device)
         case.v_scale = torch.tensor([1.25], device=device)
     if shape.sinks:

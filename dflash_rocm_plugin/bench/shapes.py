@@ -18,7 +18,7 @@ MODELS = {
     # gpt-oss-120b / -20b: 64 q / 8 kv heads of 64; sinks, window 128 on alternate layers.
     "gpt-oss-120b": (64, 8, 64),
 }
-# Cache element types: bytes per element (fp8: e4m3fn, with per-tensor scales).
+# Cache element types: bytes per element (fp8: the GPU's own format, with per-tensor scales).
 KV_BYTES = {"bf16": 2, "fp8": 1}
 MODES = {"draft": False, "verify": True}  # mode -> causal
 

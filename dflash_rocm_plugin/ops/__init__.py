@@ -7,7 +7,8 @@ Calls (arguments checked before any launch; ``ValueError`` naming the argument):
     greedy_sample(logits, out=None)
 
 What is supported, and why not: ``supports(AttentionSpec(...))`` answers None or the reason;
-``require`` raises ``Unsupported`` with it; ``platform_problem()`` says why no kernel can run here.
+``require`` raises ``Unsupported`` with it; ``platform_problem()`` says why no kernel can run here;
+``native_fp8_dtype(arch)`` is the fp8 cache format a GPU converts in hardware.
 What a call would run: ``describe_launch(...)``; which backend serves each op: ``kernel_paths()``.
 Workspace: ``workspace_floats(...)`` sizes the caller-owned split-KV scratch.
 Tuned launches (``dflash-rocm tune``): ``tuned_configs()`` says which files are in force;
@@ -49,6 +50,7 @@ from dflash_rocm_plugin.ops.support import (
     AttentionSpec,
     Unsupported,
     features_problem,
+    native_fp8_dtype,
     require,
     supports,
 )
@@ -56,7 +58,7 @@ from dflash_rocm_plugin.ops.support import (
 __all__ = [
     "paged_attention", "write_kv_cache", "greedy_sample",
     "AttentionSpec", "supports", "require", "features_problem", "Unsupported", "HEAD_DIMS", "DTYPES", "KV_CACHE_DTYPES",
-    "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES",
+    "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES", "native_fp8_dtype",
     "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",
     "describe_launch", "LaunchDescription", "AttentionLaunch", "forced_launch", "workspace_floats",
     "kernel_paths", "AiterUnavailable",

@@ -55,6 +55,13 @@ class Unsupported(ValueError):
     """A configuration the plugin cannot serve; the message says what and what is supported."""
 
 
+def native_fp8_dtype(arch: str) -> torch.dtype:
+    """The fp8 format a GPU converts in hardware, the one its hosts keep caches in: e4m3fnuz on
+    CDNA3 (gfx94x: MI300X, MI325X), e4m3fn elsewhere (CDNA4 gfx950, NVIDIA).  The other format is
+    still served, decoded from its bytes (slower); so is every format under the interpreter."""
+    return torch.float8_e4m3fnuz if arch.startswith("gfx94") else torch.float8_e4m3fn
+
+
 def _names(dtypes) -> str:
     return ", ".join(str(d).replace("torch.", "") for d in dtypes)
 

@@ -119,7 +119,7 @@ def run(args, shapes, device, *, timer=None, space=None, dtype=None) -> int:
     from dflash_rocm_plugin.tune import driver, measure, output
     arch = ops.gpu_arch(device.index) if device.type == "cuda" else "cpu"
     dtype = dtype or getattr(torch, args.dtype)
-    fp8 = torch.float8_e4m3fnuz if arch.startswith("gfx94") else torch.float8_e4m3fn
+    fp8 = ops.native_fp8_dtype(arch)
     path = output.config_path(args.out, arch)
     name = torch.cuda.get_device_properties(device).name if device.type == "cuda" else "cpu (interpreter)"
     meta = {"device": name, "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -108,7 +108,7 @@ def _check(monkeypatch, jit_runs, calls):
         assert torch.equal(a.isnan(), b.isnan())
 
 
-FP8 = torch.float8_e4m3fnuz if ops.gpu_arch().startswith("gfx94") else torch.float8_e4m3fn
+FP8 = ops.native_fp8_dtype(ops.gpu_arch())
 
 
 @pytest.mark.parametrize("name", ["split 8x4K", "forced split 1x4K", "unsplit 32x1K", "decode q1 64x1K",

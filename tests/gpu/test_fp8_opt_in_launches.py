@@ -15,7 +15,7 @@ from dflash_rocm_plugin.ops import launch_config
 from tests.gpu.test_fp8_sinks_window import _build, _rel
 
 pytestmark = pytest.mark.gpu
-NATIVE = torch.float8_e4m3fnuz if ops.gpu_arch().startswith("gfx94") else torch.float8_e4m3fn
+NATIVE = ops.native_fp8_dtype(ops.gpu_arch())
 # launch fields forced, relative error allowed, whether the answer must differ from the default's
 VARIANTS = {
     "fp8-pv": (dict(fp8_dots="pv"), 5e-2, True),

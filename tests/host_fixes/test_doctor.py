@@ -33,8 +33,20 @@ def test_text_without_hosts(capsys):
     text = capsys.readouterr().out
     assert "platform: " in text and "kernel path: " in text and "tuned launches: " in text
     assert "triton launches: " in text
+    assert "fp8 KV caches: float8_e4m3fn and float8_e4m3fnuz decoded from their bytes" in text  # no GPU here
     assert "vllm: not installed" in text and "sglang: not installed" in text
     assert text.rstrip().endswith("status: OK")
+
+
+@pytest.mark.parametrize("arch, native, decoded", [("gfx942", "float8_e4m3fnuz", "float8_e4m3fn"),
+                                                   ("gfx950", "float8_e4m3fn", "float8_e4m3fnuz"),
+                                                   ("sm_90", "float8_e4m3fn", "float8_e4m3fnuz")])
+def test_fp8_format_of_each_gpu(monkeypatch, arch, native, decoded):
+    from dflash_rocm_plugin import ops
+    monkeypatch.setattr(ops, "interpreting", lambda: False)
+    info = doctor.fp8_report(arch)
+    assert info == {"native": native, "decoded": [decoded]}
+    assert doctor._fp8_line(info, arch).startswith(f"{native} converted by {arch}")
 
 
 def test_switches_are_shown(monkeypatch, capsys):

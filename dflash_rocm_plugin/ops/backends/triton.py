@@ -7,6 +7,7 @@ import torch
 from dflash_rocm_plugin.ops import _runtime, launch_config, workspace
 from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher
 from dflash_rocm_plugin.ops.call import AttentionCall
+from dflash_rocm_plugin.ops.support import native_fp8_dtype
 
 NAME = "triton"
 
@@ -29,8 +30,7 @@ def soft_fp8(cache_dtype, device_index) -> int:
     code = 1 if cache_dtype == torch.float8_e4m3fn else 2
     if _runtime.interpreting():
         return code
-    native_fnuz = _runtime.gpu_arch(device_index).startswith("gfx94")
-    return 0 if (code == 2) == native_fnuz else code
+    return 0 if cache_dtype == native_fp8_dtype(_runtime.gpu_arch(device_index)) else code
 
 
 class Launch:
