@@ -5,6 +5,7 @@
 #   2. the kernel tests on the GPU:            pytest tests/core
 #      and the GPU suite (bf16, graph capture/replay, large shapes): pytest tests/gpu
 #   3. the kernel benchmark:                   dflash-rocm bench
+#      over fp8 caches in this GPU's format, with the default launch and each opt-in fp8 launch
 #      and the launch sweep that checks the gfx942/gfx950 choices: benchmarks/sweep.py
 #      the launch tuner, which writes this GPU's tuned file: dflash-rocm tune -> OUT/tuned/<arch>.json
 #      (gfx942 on MI300X, gfx950 on MI355X; README: contribute it as dflash_rocm_plugin/ops/tuned/<arch>.json),
@@ -162,6 +163,17 @@ step "kernel tests (native)" "$OUT/tests-core.log" env -u TRITON_INTERPRET "$PYT
 step "GPU suite (bf16, graph capture/replay, large shapes)" "$OUT/tests-gpu.log" \
     env -u TRITON_INTERPRET "$PYTHON" -m pytest tests/gpu -q
 step "kernel benchmark" "$OUT/bench.log" dflash-rocm bench
+step "kernel benchmark, fp8 caches in this GPU's format" "$OUT/bench-fp8.log" \
+    dflash-rocm bench --kv fp8 --pages 16 --json "$OUT/bench-fp8.json"
+# The opt-in fp8 launches (benchmarks/NOTES.md): fp8 MFMA dots for both products, for P V alone, and P V
+# transposed with the default fp16 dots; their relative error is in the table and in tests-fp8-launches.log.
+for force in fp8_dots=qk_pv fp8_dots=pv pv_transposed=true; do
+    step "kernel benchmark, fp8 caches, --force $force" "$OUT/bench-fp8-${force%%=*}-${force#*=}.log" \
+        dflash-rocm bench --kv fp8 --pages 16 --force "$force" --tolerance 0.06 \
+        --json "$OUT/bench-fp8-${force%%=*}-${force#*=}.json"
+done
+step "opt-in fp8 launches: error against the float64 reference" "$OUT/tests-fp8-launches.log" \
+    env -u TRITON_INTERPRET "$PYTHON" -m pytest tests/gpu/test_fp8_opt_in_launches.py -q -s
 step "launch sweep (stages, tiles, KV splits)" "$OUT/sweep.log" \
     "$PYTHON" benchmarks/sweep.py --out "$OUT/sweep.json" --deadline-s 900 --part variants,splits \
     --variants "amd S=1,amd S=2,amd BN32 S=2,amd W8 S=1,amd ovl S=2"
