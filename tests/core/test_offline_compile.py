@@ -42,27 +42,35 @@ CASES = [
     ("gemma-4 global d512 draft 8x4K p16", 16, 2, 512, 8, 4096, 16, False, {}),
     ("gemma-4 global d512 verify 1x32K p16 split", 16, 2, 512, 1, 32768, 16, True, {}),
     ("gemma-4 sliding d256 verify 32x8K p16 window", 16, 4, 256, 32, 8192, 16, True, dict(window=512)),
+    # The target's other attention on the plugin: decode (q 1), prefill (q = context), chunked prefill.
+    ("qwen3-8b decode 64x8K p16", 32, 8, 128, 64, 8192, 16, True, dict(q_len=1)),
+    ("qwen3-8b decode 1x32K p16 split", 32, 8, 128, 1, 32768, 16, True, dict(q_len=1)),
+    ("qwen3-8b prefill 1x8K p16", 32, 8, 128, 1, 8192, 16, True, dict(q_len=8192)),
+    ("qwen3-8b chunked prefill 4x2K over 8K p16", 32, 8, 128, 4, 8192, 16, True, dict(q_len=2048)),
+    ("qwen3-32b prefill 4x4K p16", 64, 8, 128, 4, 4096, 16, True, dict(q_len=4096)),
 ]
 NATIVE_FP8 = {"gfx942": "fp8-fnuz", "gfx950": "fp8-fn", "sm_90": "fp8-fn"}
 OTHER_FP8 = {"gfx942": "u8-fn", "gfx950": "u8-fnuz", "sm_90": "u8-fnuz"}
 
 
 def _extras(arch, extras):
+    """The case's keyword arguments of ``offline_compile.attention`` (its q_len sets num_tokens)."""
+    extras = {k: v for k, v in extras.items() if k != "q_len"}
     cache = extras.get("cache")
     if cache is None:
         return extras
     return {**extras, "cache": (NATIVE_FP8 if cache == "native" else OTHER_FP8)[arch]}
 
 
-def _launch(monkeypatch, arch, hq, hkv, d, batch, context, page):
+def _launch(monkeypatch, arch, hq, hkv, d, batch, context, page, q_len=16):
     sms, smem = DEVICES[arch]
     with monkeypatch.context() as m:
         m.setattr(_runtime, "gpu_arch", lambda index=None: arch)
         m.setattr(_runtime, "shared_memory_per_block", lambda index: smem)
         m.setattr(_runtime, "multiprocessor_count", lambda index: sms)
         m.setattr(_runtime, "interpreting", lambda: False)
-        return launch_config.choose(num_tokens=batch * 16, num_seqs=batch, num_kv_heads=hkv, group=hq // hkv,
-                                    head_dim=d, kv_capacity=context, max_query_len=16, num_splits=None,
+        return launch_config.choose(num_tokens=batch * q_len, num_seqs=batch, num_kv_heads=hkv, group=hq // hkv,
+                                    head_dim=d, kv_capacity=context, max_query_len=q_len, num_splits=None,
                                     device_index=0, page_size=page)
 
 
@@ -73,9 +81,10 @@ def compiled():
     jobs, keys = [], []
     for arch in sorted(DEVICES):
         for name, hq, hkv, d, batch, context, page, causal, extras in CASES:
-            cfg = _launch(mp, arch, hq, hkv, d, batch, context, page)
+            q_len = extras.get("q_len", 16)
+            cfg = _launch(mp, arch, hq, hkv, d, batch, context, page, q_len)
             shape = dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page, causal=causal,
-                         num_tokens=batch * 16, num_seqs=batch, table_width=context // page,
+                         num_tokens=batch * q_len, num_seqs=batch, table_width=context // page,
                          **_extras(arch, extras))
             jobs.append(dict(arch=arch, launch=dataclasses.asdict(cfg), shape=shape))
             keys.append((arch, name))
