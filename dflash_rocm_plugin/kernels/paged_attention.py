@@ -136,6 +136,11 @@ def _dot_operand(x, like, SOFT_FP8: tl.constexpr):
     """A loaded K or V tile in the dot's dtype (that of ``like``)."""
     if SOFT_FP8:
         x = fp8.decode_e4m3(x, SOFT_FP8 == 2)
+    if x.dtype == tl.float8e4b8 and like.dtype == tl.float16:
+        # gfx942 (the only GPU converting e4m3fnuz) has no fp8 -> fp16 instruction: the direct cast
+        # goes fp8 -> f32 pairs, then one f32 -> f16 per element and a pack.  Every e4m3fnuz value
+        # is exact in fp16, so truncating is exact and packs two per instruction: half the VALU work.
+        return x.to(tl.float32).to(tl.float16, fp_downcast_rounding="rtz")
     return x.to(like.dtype)
 
 

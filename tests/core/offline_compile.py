@@ -177,6 +177,10 @@ def _main() -> int:
     results = []
     for job in json.load(sys.stdin):
         try:
+            if job.get("kernel") == "attention_asm":
+                attention_ttgir(job["arch"], types.SimpleNamespace(**job["launch"]), **job["shape"])
+                results.append({"asm": _last["kernel"].asm["amdgcn" if job["arch"].startswith("gfx") else "ptx"]})
+                continue
             if job.get("kernel") == "attention_ttgir":
                 results.append({"ttgir": attention_ttgir(job["arch"], types.SimpleNamespace(**job["launch"]),
                                                          **job["shape"])})

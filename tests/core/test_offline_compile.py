@@ -203,3 +203,18 @@ def test_transposed_pv_takes_a_converted_fp8_v_from_registers():
         pv_dots[pvt] = {d for d in _dot_operand_types(result["ttgir"]) if not d[2].startswith("tensor<64x64x")}
     assert pv_dots[False] and all(b.startswith("!ttg.memdesc<64x128xf16") for _, b, _ in pv_dots[False])
     assert pv_dots[True] and all(a.startswith("tensor<128x64xf16") for a, _, _ in pv_dots[True])
+
+
+def test_gfx942_converts_fp8_tiles_two_values_per_instruction():
+    """MI300X converts e4m3fnuz only to f32 (pairs); the cast to fp16 goes on through the packed
+    truncating conversion (exact for every e4m3fnuz value), not one rounding per value and a pack."""
+    cfg = launch_config.AttentionLaunch(block_q=16, block_m=64, block_n=64, head_dim_pad=128, num_splits=1,
+                                        num_warps=4, num_stages=1)
+    shape = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, causal=True, num_tokens=512,
+                 num_seqs=32, table_width=1024, cache="fp8-fnuz")
+    [result] = offline_compile.run([dict(kernel="attention_asm", arch="gfx942", launch=dataclasses.asdict(cfg),
+                                         shape=shape)])
+    assert "asm" in result, result.get("error")
+    ops = re.findall(r"^\s+(v_cvt\w*|v_pack\w*)", result["asm"], re.M)
+    from_fp8 = sum(op.startswith("v_cvt_pk_f32_fp8") for op in ops)
+    assert from_fp8 and ops.count("v_cvt_pkrtz_f16_f32") == from_fp8, sorted(set(ops))
