@@ -60,6 +60,9 @@ class AttentionLaunch:
     # "qk_pv" (q joins K's too) (kernels/paged_attention.py, FP8_DOTS, FP8_QK).  "none" unless
     # forced: their speed and accuracy cost are in benchmarks/NOTES.md.
     fp8_dots: str = "none"
+    # AMD: the MFMA instruction's M/N size (Triton's ``matrix_instr_nonkdim``; 0: Triton's choice,
+    # 32x32 for these dots).  16 where a warp's share of the tile's rows is under 32 (``choose``).
+    mfma_nonkdim: int = 0
     # P V computed transposed (O^T = V^T P^T; kernels/paged_attention.py, PV_T): V then enters the
     # dot from registers, as Hopper's fp8 dots need for V (see the kernel).  Forced only.
     pv_transposed: bool = False
@@ -203,7 +206,22 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             launch = _tuned_launch(launch, entry.launch, arch, splits_free=short_queries and not explicit_splits)
     if _forced:
         launch = dataclasses.replace(launch, **_forced)
+    if "mfma_nonkdim" not in _forced:
+        launch = dataclasses.replace(launch, mfma_nonkdim=_mfma_nonkdim(arch, launch.block_m, launch.num_warps))
     return launch
+
+
+def _mfma_nonkdim(arch: str, block_m: int, num_warps: int) -> int:
+    """AMD: 16x16 MFMAs where a warp's share of the tile's rows is under 32, else Triton's choice.
+
+    With 32x32 MFMAs such a tile makes Triton give Q K^T and P V different warp layouts: the
+    scores are computed twice and P moves between warps through LDS, 16 bits at a time.  16x16
+    MFMAs give both dots one layout.  Compiled offline, the Qwen3-8B q16 tile (64 rows, 4 warps),
+    hot loop per wave: gfx942 1041 -> 663 instructions, 104 -> 48 LDS operations, 262 -> 182
+    registers; gfx950 757 -> 531, 82 -> 56, 225 -> 156.  128-row tiles over 4 warps keep 32x32
+    (1043 vs 1070).  Unmeasured on the GPUs (benchmarks/NOTES.md, "AMD, compiled offline").
+    """
+    return 16 if arch.startswith("gfx") and block_m // num_warps < 32 else 0
 
 
 def _tuned_launch(launch: AttentionLaunch, fields: dict, arch: str, splits_free: bool) -> AttentionLaunch:

@@ -79,9 +79,12 @@ def _signature(fn, values: dict, constexprs: dict):
 _last = {}
 
 
-def _compile(arch: str, src, num_warps: int, num_stages: int) -> Compiled:
+def _compile(arch: str, src, num_warps: int, num_stages: int, mfma_nonkdim: int = 0) -> Compiled:
     import triton
-    kernel = triton.compile(src, target=target(arch), options=dict(num_warps=num_warps, num_stages=num_stages))
+    options = dict(num_warps=num_warps, num_stages=num_stages)
+    if mfma_nonkdim and arch.startswith("gfx"):
+        options["matrix_instr_nonkdim"] = mfma_nonkdim
+    kernel = triton.compile(src, target=target(arch), options=options)
     _last.setdefault("kernel", kernel)
     if arch.startswith("gfx"):
         asm = kernel.asm["amdgcn"]
@@ -137,7 +140,7 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
         FP8_QK=cfg.fp8_dots == "qk_pv", PV_T=cfg.pv_transposed,
     )
     out = [_compile(arch, _signature(native.paged_attention_kernel, values, constexprs),
-                    cfg.num_warps, cfg.num_stages)]
+                    cfg.num_warps, cfg.num_stages, cfg.mfma_nonkdim)]
     if splits > 1:
         merge_values = {k: values[k] for k in native.merge_splits_kernel.arg_names if k in values}
         merge_consts = dict(HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad, NUM_SPLITS=splits,

@@ -126,3 +126,37 @@ def test_a_window_launches_as_a_sequence_of_the_window_s_keys(device, batch, con
                                     page_size=16, window=window)
     assert launch(context, window=2048) == launch(2048 + 8 - 1)
     assert launch(1024, window=2048) == launch(1024)
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_amd_tiles_under_32_rows_per_warp_take_16x16_mfmas(device, arch):
+    """16x16 MFMAs where a warp holds fewer than 32 of the tile's rows (the q16 GQA-4 tile, decode),
+    Triton's own choice for 128-row tiles over 4 warps; NVIDIA never gets the AMD option."""
+    device(arch, smem=64 * 1024, sms=304)
+    assert (_dflash(32, 16384).block_m, _dflash(32, 16384).mfma_nonkdim) == (64, 16)
+    assert _dflash(64, 8192, q_len=1).mfma_nonkdim == 16
+    qwen3_32b = _dflash(32, 16384, group=8)
+    assert (qwen3_32b.block_m, qwen3_32b.num_warps, qwen3_32b.mfma_nonkdim) == (128, 4, 0)
+    with launch_config.forced(num_warps=8):  # the rule follows the warps a sweep or a tuned file sets
+        assert _dflash(32, 16384, group=8).mfma_nonkdim == 16
+    with launch_config.forced(mfma_nonkdim=32):
+        assert _dflash(32, 16384).mfma_nonkdim == 32
+    device(**H200)
+    assert _dflash(32, 16384).mfma_nonkdim == 0
+
+
+def test_the_mfma_size_reaches_the_launch_as_an_amd_compile_option(device, monkeypatch):
+    import torch
+
+    from dflash_rocm_plugin.ops.backends import triton as triton_backend
+    from dflash_rocm_plugin.ops.call import AttentionCall
+    from tests.core.cases import build
+    case = build([40, 9], [16, 3], dtype=torch.float16)
+    q, k, v, table, sl, qsl = case.args()
+    call = AttentionCall(q, k, v, table, sl, qsl, torch.empty_like(q), causal=True, scale=0.1, window=0,
+                         softcap=0.0, max_query_len=None, num_kv_splits=None, workspace=None)
+    device("gfx942", smem=64 * 1024, sms=304)
+    monkeypatch.setattr(_runtime, "is_rocm", lambda: True)
+    assert triton_backend.Launch(call).constexprs["matrix_instr_nonkdim"] == 16
+    monkeypatch.setattr(_runtime, "is_rocm", lambda: False)  # not a ROCm build of torch: never passed
+    assert "matrix_instr_nonkdim" not in triton_backend.Launch(call).constexprs

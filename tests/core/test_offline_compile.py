@@ -218,3 +218,19 @@ def test_gfx942_converts_fp8_tiles_two_values_per_instruction():
     ops = re.findall(r"^\s+(v_cvt\w*|v_pack\w*)", result["asm"], re.M)
     from_fp8 = sum(op.startswith("v_cvt_pk_f32_fp8") for op in ops)
     assert from_fp8 and ops.count("v_cvt_pkrtz_f16_f32") == from_fp8, sorted(set(ops))
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_amd_dflash_tile_gives_both_dots_one_mfma_layout(monkeypatch, arch):
+    """The chosen 16x16 MFMAs (``mfma_nonkdim``) put Q K^T and P V of the Qwen3-8B q16 tile on one
+    warp layout, so P stays in its warp; Triton's 32x32 default gives them two."""
+    cfg = _launch(monkeypatch, arch, 32, 8, 128, 32, 16384, 16)
+    assert cfg.mfma_nonkdim == 16
+    shape = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, causal=True, num_tokens=512,
+                 num_seqs=32, table_width=1024)
+    jobs = [dict(kernel="attention_ttgir", arch=arch, launch=dataclasses.asdict(dataclasses.replace(cfg, mfma_nonkdim=n)),
+                 shape=shape) for n in (16, 0)]
+    chosen, default = offline_compile.run(jobs)
+    layouts = {n: set(re.findall(r"#ttg\.amd_mfma<\{[^}]*\}>", r["ttgir"])) for n, r in ((16, chosen), (0, default))}
+    assert len(layouts[16]) == 1 and "instrShape = [16, 16," in next(iter(layouts[16])), layouts[16]
+    assert len(layouts[0]) == 2, layouts[0]

@@ -78,6 +78,8 @@ class Launch:
             FP8_QK=fp8_qk, PV_T=cfg.pv_transposed,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
+        if cfg.mfma_nonkdim and _runtime.is_rocm() and not _runtime.interpreting():
+            self.constexprs["matrix_instr_nonkdim"] = cfg.mfma_nonkdim  # an AMD compile option
         self.merge_grid = (tokens, hq)
         self.merge_ints = (seqs, *out_strides, *partial_strides)
         self.merge_constexprs = dict(
