@@ -33,6 +33,8 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
     accuracy (P, and q, keep 3 mantissa bits).
   * PV_T (launch field ``pv_transposed``): the accumulator holds O^T, so V is the A operand of
     its dot (see ``_softmax_pv``).
+  * P_INT_ROUND: bf16 P is rounded by integer arithmetic where the GPU has no f32 -> bf16
+    conversion (gfx94x; see ``_softmax_pv``).
 
 The key loop runs in two phases (as in Triton's fused-attention tutorial): the
 tiles every row of the program may fully see run without any mask; the few
@@ -107,20 +109,25 @@ def _kv_offsets(
     # Repeated block-table entries of one page hit L1, so this costs no HBM.
     if MASKED:
         page = tl.load(bt_row + (key // PAGE_SIZE) * stride_btb, mask=key_ok, other=0)
-    elif PAGE_IDS_ASM:
-        # Not a tl.load, so the pipeliner streams K/V two tiles ahead (module docstring).  Nor is
-        # it predicated: the pipeliner runs it for the tiles after the loop's last too (whose K/V
-        # loads it masks off), so the key is held inside the sequence -- past its block-table row
-        # lies the next row or, for the table's last row, possibly unmapped memory.
-        in_row = tl.maximum(tl.minimum(key, kv_end - 1), 0) // PAGE_SIZE
-        page = tl.inline_asm_elementwise(
-            "ld.global.nc.b32 $0, [$1];", "=r,l", [bt_row + in_row * stride_btb],
-            dtype=tl.int32, is_pure=True, pack=1)
+        in_page = key % PAGE_SIZE
     else:
-        page = tl.load(bt_row + (key // PAGE_SIZE) * stride_btb)
+        # An unmasked tile's keys lie in [0, seq_len): unsigned, dividing by the page size is a
+        # shift (signed division adds a sign fix-up per key).
+        ukey = key.to(tl.uint32)
+        in_page = (ukey % PAGE_SIZE).to(tl.int32)
+        if PAGE_IDS_ASM:
+            # Not a tl.load, so the pipeliner streams K/V two tiles ahead (module docstring).  Nor
+            # is it predicated: the pipeliner runs it for the tiles after the loop's last too (whose
+            # K/V loads it masks off), so the key is held inside the sequence -- past its
+            # block-table row lies the next row or, for the table's last row, possibly unmapped memory.
+            in_row = tl.maximum(tl.minimum(key, kv_end - 1), 0).to(tl.uint32) // PAGE_SIZE
+            page = tl.inline_asm_elementwise(
+                "ld.global.nc.b32 $0, [$1];", "=r,l", [bt_row + in_row.to(tl.int32) * stride_btb],
+                dtype=tl.int32, is_pure=True, pack=1)
+        else:
+            page = tl.load(bt_row + (ukey // PAGE_SIZE).to(tl.int32) * stride_btb)
     if not OFFSETS_32:
         page = page.to(tl.int64)
-    in_page = key % PAGE_SIZE
     k_off = page * stride_kb + in_page * stride_ks + kv_head * stride_kh
     v_off = page * stride_vb + in_page * stride_vs + kv_head * stride_vh
     return k_off, v_off
@@ -169,7 +176,7 @@ def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softc
 @triton.jit
 def _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
                 MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr, SOFT_FP8: tl.constexpr,
-                FP8_DOTS: tl.constexpr, PV_T: tl.constexpr):
+                FP8_DOTS: tl.constexpr, PV_T: tl.constexpr, P_INT_ROUND: tl.constexpr):
     """Online-softmax update of (acc, l, m) by one tile of scores and its V rows."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     if MASKED:
@@ -180,6 +187,11 @@ def _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, s
         m_new_safe = m_new
     p = tl.math.exp2(s - m_new_safe[:, None])
     alpha = tl.math.exp2(m_i - m_new_safe)
+    if P_INT_ROUND:
+        # P rounded to bf16 by integer arithmetic, to nearest with ties away from zero: gfx94x has
+        # no f32 -> bf16 instruction and rounds to nearest-even in five per value, this in two, and
+        # the cast of the rounded value below is exact.  l sums the rounded values the dot takes.
+        p = ((p.to(tl.uint32, bitcast=True) + 0x8000) & 0xFFFF0000).to(tl.float32, bitcast=True)
     l_i = l_i * alpha + tl.sum(p, 1)
     if MASKED:
         v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :] * stride_vd,
@@ -190,7 +202,7 @@ def _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, s
     if FP8_DOTS:
         p_op, v_op = (p * P8_SCALE).to(v.dtype), v
     else:
-        p_op, v_op = p.to(q.dtype), _dot_operand(v, q, SOFT_FP8)
+        p_op, v_op = p.to(q.dtype, fp_downcast_rounding="rtz" if P_INT_ROUND else None), _dot_operand(v, q, SOFT_FP8)
     if PV_T:
         # acc holds O^T = V^T P^T: V is then the A operand, which Hopper's wgmma takes from
         # registers, where an fp8 B operand must lie K-major in shared memory (a transposing
@@ -213,7 +225,7 @@ def _attend_tile(
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr,
     CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
-    SOFT_FP8: tl.constexpr, FP8_DOTS: tl.constexpr, PV_T: tl.constexpr,
+    SOFT_FP8: tl.constexpr, FP8_DOTS: tl.constexpr, PV_T: tl.constexpr, P_INT_ROUND: tl.constexpr,
 ):
     """One BLOCK_N-key step of the online softmax for all BLOCK_M query rows.
 
@@ -237,7 +249,7 @@ def _attend_tile(
             visible = visible & ((q_pos[:, None] - key[None, :]) < window)
         s = tl.where(visible, s, float("-inf"))
     return _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
-                       MASKED, DOT_PRECISION, SOFT_FP8, FP8_DOTS, PV_T)
+                       MASKED, DOT_PRECISION, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
 
 
 @triton.jit
@@ -249,7 +261,7 @@ def _attend_full_tiles_overlapped(
     dims, dim_ok,
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
-    SOFT_FP8: tl.constexpr, FP8_DOTS: tl.constexpr, PV_T: tl.constexpr,
+    SOFT_FP8: tl.constexpr, FP8_DOTS: tl.constexpr, PV_T: tl.constexpr, P_INT_ROUND: tl.constexpr,
 ):
     """The unmasked tiles [tile_lo, full_hi) with Q K^T of tile t+1 issued before tile t's softmax.
 
@@ -276,7 +288,7 @@ def _attend_full_tiles_overlapped(
                                stride_kb, stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
         acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, None, dims, dim_ok, stride_vd,
-                                    False, DOT_PRECISION, SOFT_FP8, FP8_DOTS, PV_T)
+                                    False, DOT_PRECISION, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
         s = s_next
     return acc, l_i, m_i
 
@@ -303,7 +315,7 @@ def paged_attention_kernel(
     PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr, OVERLAP_QK: tl.constexpr,
     USE_SINKS: tl.constexpr, USE_K_SCALE: tl.constexpr, USE_V_SCALE: tl.constexpr,
     SOFT_FP8: tl.constexpr, UPCAST_DOTS: tl.constexpr, FP16_DOTS: tl.constexpr, FP8_DOTS: tl.constexpr,
-    FP8_QK: tl.constexpr, PV_T: tl.constexpr,
+    FP8_QK: tl.constexpr, PV_T: tl.constexpr, P_INT_ROUND: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -412,7 +424,7 @@ def paged_attention_kernel(
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
             dims, dim_ok, BLOCK_N, PAGE_SIZE, USE_SOFTCAP, DOT_PRECISION, PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8,
-            FP8_DOTS, PV_T)
+            FP8_DOTS, PV_T, P_INT_ROUND)
     else:
         for t in range(full_lo, full_hi):
             acc, l_i, m_i = _attend_tile(
@@ -421,7 +433,7 @@ def paged_attention_kernel(
                 stride_ks, stride_kh, stride_kd, stride_kb,
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
                 dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T)
+                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
     # The masked tiles run last, in one short loop: the diagonal's and the sequence end's, and a
     # window's lower-edge tiles, so the unmasked loop's pipeline starts at once instead of after
     # a loop of its own (the online softmax does not depend on the order of tiles).
@@ -436,7 +448,7 @@ def paged_attention_kernel(
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
             dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-            PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T)
+            PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
 
     if PV_T:
         acc = tl.trans(acc)

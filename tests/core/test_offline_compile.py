@@ -234,3 +234,33 @@ def test_amd_dflash_tile_gives_both_dots_one_mfma_layout(monkeypatch, arch):
     layouts = {n: set(re.findall(r"#ttg\.amd_mfma<\{[^}]*\}>", r["ttgir"])) for n, r in ((16, chosen), (0, default))}
     assert len(layouts[16]) == 1 and "instrShape = [16, 16," in next(iter(layouts[16])), layouts[16]
     assert len(layouts[0]) == 2, layouts[0]
+
+
+def _loop_bodies(asm: str) -> list[list[str]]:
+    """The instructions of each loop of an AMD kernel (a label up to the branch back to it)."""
+    lines = asm.splitlines()
+    labels = {line.split(":")[0]: i for i, line in enumerate(lines) if re.match(r"^\.LBB\w+:", line)}
+    bodies = []
+    for i, line in enumerate(lines):
+        m = re.match(r"\s+s_cbranch_\w+\s+(\.LBB\w+)", line)
+        if m and labels.get(m.group(1), i) < i:
+            bodies.append([x.split()[0] for x in lines[labels[m.group(1)]:i + 1]
+                           if x.startswith("\t") and x.strip() and not x.strip().startswith((".", ";"))])
+    return bodies
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
+def test_gfx942_key_loops_round_p_without_the_software_conversion(monkeypatch, causal):
+    """gfx942 has no f32 -> bf16 instruction: Triton's round-to-nearest-even takes five per value
+    (a NaN test, v_cmp_o_f32, among them).  The key loops round P by an integer add and mask
+    instead (P_INT_ROUND)."""
+    cfg = _launch(monkeypatch, "gfx942", 32, 8, 128, 32, 16384, 16)
+    shape = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, causal=causal, num_tokens=512,
+                 num_seqs=32, table_width=1024)
+    [result] = offline_compile.run([dict(kernel="attention_asm", arch="gfx942", launch=dataclasses.asdict(cfg),
+                                         shape=shape)])
+    assert "asm" in result, result.get("error")
+    loops = [b for b in _loop_bodies(result["asm"]) if any(op.startswith("v_mfma") for op in b)]
+    assert len(loops) == 2, [len(b) for b in loops]  # the unmasked key loop and the masked one
+    for body in loops:
+        assert "v_cmp_o_f32_e32" not in body and "v_cmp_o_f32_e64" not in body and "v_bfe_u32" not in body

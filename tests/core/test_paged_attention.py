@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dflash_rocm_plugin import ops, reference
-from dflash_rocm_plugin.ops import launch_config
+from dflash_rocm_plugin.ops import _runtime, launch_config
 from tests.core.cases import build, check_against_reference
 
 
@@ -255,3 +255,30 @@ def test_gemma4_global_layer_heads(causal, splits):
     """Gemma-4's global layers: head_dim 512 (16-row tiles), GQA 8, scale 1, DFlash block."""
     case = build([90, 33], [16, 7], num_q_heads=16, num_kv_heads=2, head_dim=512)
     check(case, causal=causal, scale=1.0 / 64, num_kv_splits=splits)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_bf16_p_rounded_by_integer_arithmetic_stays_unbiased(monkeypatch, causal, splits):
+    """gfx94x converts f32 to bf16 only in software, so P is rounded to bf16 there by an integer
+    add and mask, and l sums the rounded values (the kernel's P_INT_ROUND).  Under the interpreter
+    the dots run in fp32, so against the same run without it the only difference is P's rounding:
+    it must change the rows (it ran) by no more than bf16 rounding does, and leave their size alone
+    (cutting instead of rounding shrinks every row by ~2^-9, or grows them by ~5e-4 with l summing
+    the cut values)."""
+    case = build([700, 300, 16], [16, 16, 16], num_q_heads=8, num_kv_heads=2, head_dim=64, dtype=torch.bfloat16)
+    monkeypatch.setattr(_runtime, "gpu_arch", lambda index=None: "gfx942")
+    from dflash_rocm_plugin.ops.backends import triton as triton_backend
+    from dflash_rocm_plugin.ops.call import AttentionCall
+    q, k, v, table, sl, qsl = case.args()
+    launch = triton_backend.Launch(AttentionCall(q, k, v, table, sl, qsl, torch.empty_like(q), causal=causal,
+                                                 scale=0.125, window=0, softcap=0.0, max_query_len=16,
+                                                 num_kv_splits=splits, workspace=None))
+    assert launch.constexprs["P_INT_ROUND"]
+    out = ops.paged_attention(*case.args(), causal=causal, num_kv_splits=splits).double()
+    monkeypatch.setattr(_runtime, "gpu_arch", lambda index=None: "cpu")
+    exact = ops.paged_attention(*case.args(), causal=causal, num_kv_splits=splits).double()  # P not rounded
+    d = out - exact
+    shift = ((d * exact).sum() / (exact * exact).sum()).item()
+    print(f"P rounding: rows change {(d.norm() / exact.norm()).item():.2e}, size {shift:+.2e}")
+    assert 0 < (d.norm() / exact.norm()).item() < 4e-3 and abs(shift) < 1.5e-4

@@ -52,6 +52,9 @@ class Launch:
         fp8_qk = fp8_dots == "qk_pv"
         fp16_dots = call.fp8 and q.dtype == torch.bfloat16 and not fp8_qk
         upcast = q.dtype == torch.bfloat16 and not fp16_dots and not fp8_qk and _runtime.interpreting()
+        # P dots as bf16: cut, not rounded, where the GPU has no f32 -> bf16 conversion (the kernel).
+        p_int_round = (q.dtype == torch.bfloat16 and not fp16_dots and fp8_code == 0
+                   and _lacks_bf16_conversion(_runtime.gpu_arch(q.device.index)))
         tokens, hq, d = q.shape
         seqs, hkv, splits = call.num_seqs, k_cache.shape[2], cfg.num_splits
         # (splits, tokens, heads, head_dim) of the workspace views, or None with one split.
@@ -75,7 +78,7 @@ class Launch:
             USE_SINKS=call.sinks is not None, USE_K_SCALE=call.k_scale is not None,
             USE_V_SCALE=call.v_scale is not None,
             SOFT_FP8=soft, UPCAST_DOTS=upcast, FP16_DOTS=fp16_dots, FP8_DOTS=fp8_code,
-            FP8_QK=fp8_qk, PV_T=cfg.pv_transposed,
+            FP8_QK=fp8_qk, PV_T=cfg.pv_transposed, P_INT_ROUND=p_int_round,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if cfg.mfma_nonkdim and _runtime.is_rocm() and not _runtime.interpreting():
@@ -116,6 +119,12 @@ def launch(prepared: Launch, q, k_cache, v_cache, out, block_table, seq_lens, qu
 def run(call: AttentionCall) -> None:
     launch(Launch(call), call.q, call.k_cache, call.v_cache, call.out, call.block_table, call.seq_lens,
            call.query_start_loc, call.sinks, call.k_scale, call.v_scale, call.workspace)
+
+
+def _lacks_bf16_conversion(arch: str) -> bool:
+    """CDNA2/CDNA3 (gfx90a, gfx94x) convert f32 to bf16 only in software; gfx950 and NVIDIA have
+    an instruction for it."""
+    return arch.startswith(("gfx90a", "gfx94"))
 
 
 def _fits_int32(cache: torch.Tensor) -> bool:
