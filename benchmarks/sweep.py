@@ -148,6 +148,7 @@ def main() -> int:
             # Triton's own 32x32 MFMAs against the chosen 16x16 (launch_config._mfma_nonkdim)
             ("amd M32 S=1", dict(page_ids_asm=False, num_stages=1, mfma_nonkdim=32)),
             ("amd M32 S=2", dict(page_ids_asm=False, num_stages=2, mfma_nonkdim=32)),
+            ("amd M16 S=1", dict(page_ids_asm=False, num_stages=1, mfma_nonkdim=16)),
             # Q K^T of tile t+1 issued before tile t's softmax (overlap_qk)
             ("ovl S=5", dict(overlap_qk=True, page_ids_asm=False, num_stages=5)),
             ("ovl S=4", dict(overlap_qk=True, page_ids_asm=False, num_stages=4)),

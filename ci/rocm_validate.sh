@@ -176,7 +176,7 @@ step "opt-in fp8 launches: error against the float64 reference" "$OUT/tests-fp8-
     env -u TRITON_INTERPRET "$PYTHON" -m pytest tests/gpu/test_fp8_opt_in_launches.py -q -s
 step "launch sweep (stages, tiles, KV splits)" "$OUT/sweep.log" \
     "$PYTHON" benchmarks/sweep.py --out "$OUT/sweep.json" --deadline-s 900 --part variants,splits \
-    --variants "amd S=1,amd S=2,amd BN32 S=2,amd W8 S=1,amd ovl S=2,amd M32 S=1,amd M32 S=2"
+    --variants "amd S=1,amd S=2,amd BN32 S=2,amd W8 S=1,amd ovl S=2,amd M32 S=1,amd M32 S=2,amd M16 S=1"
 echo "== the launch tuner writes this GPU's tuned file into $OUT/tuned/ (<arch>.json: gfx942 on MI300X, gfx950 on MI355X)"
 step "launch tuning (Qwen3-8B heads, with prefill)" "$OUT/tune.log" \
     env -u TRITON_INTERPRET dflash-rocm tune --out "$OUT/tuned" --prefill --budget-min 60 \

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-from dflash_rocm_plugin.ops import _runtime, tuned, workspace
+from dflash_rocm_plugin.ops import _runtime, support, tuned, workspace
 
 # Minimum keys per split (two 64-key tiles).  H200, 1 x 4K: 32 splits of 128 keys
 # still beat 16 splits of 256 (0.96 vs 0.85 TB/s), so the floor is low.
@@ -207,11 +207,13 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     if _forced:
         launch = dataclasses.replace(launch, **_forced)
     if "mfma_nonkdim" not in _forced:
-        launch = dataclasses.replace(launch, mfma_nonkdim=_mfma_nonkdim(arch, launch.block_m, launch.num_warps))
+        native_fp8 = kv_cache_dtype is not None and kv_cache_dtype == support.native_fp8_dtype(arch)
+        launch = dataclasses.replace(launch, mfma_nonkdim=_mfma_nonkdim(arch, launch.block_m, launch.num_warps,
+                                                                        native_fp8))
     return launch
 
 
-def _mfma_nonkdim(arch: str, block_m: int, num_warps: int) -> int:
+def _mfma_nonkdim(arch: str, block_m: int, num_warps: int, native_fp8: bool = False) -> int:
     """AMD: 16x16 MFMAs where a warp's share of the tile's rows is under 32, else Triton's choice.
 
     With 32x32 MFMAs such a tile makes Triton give Q K^T and P V different warp layouts: the
@@ -219,9 +221,14 @@ def _mfma_nonkdim(arch: str, block_m: int, num_warps: int) -> int:
     MFMAs give both dots one layout.  Compiled offline, the Qwen3-8B q16 tile (64 rows, 4 warps),
     hot loop per wave: gfx942 1041 -> 663 instructions, 104 -> 48 LDS operations, 262 -> 182
     registers; gfx950 757 -> 531, 82 -> 56, 225 -> 156.  128-row tiles over 4 warps keep 32x32
-    (1043 vs 1070).  Unmeasured on the GPUs (benchmarks/NOTES.md, "AMD, compiled offline").
+    (1043 vs 1070).  gfx94x over its own fp8 format keeps 32x32: there 16x16 holds the converted
+    tiles in more registers (244 -> 280 per lane: one wave per SIMD instead of two, with no software
+    pipelining at 1 stage) for a loop 14 % shorter.  Unmeasured on the GPUs (benchmarks/NOTES.md,
+    "AMD, compiled offline").
     """
-    return 16 if arch.startswith("gfx") and block_m // num_warps < 32 else 0
+    if not arch.startswith("gfx") or block_m // num_warps >= 32 or (native_fp8 and arch.startswith("gfx94")):
+        return 0
+    return 16
 
 
 def _tuned_launch(launch: AttentionLaunch, fields: dict, arch: str, splits_free: bool) -> AttentionLaunch:

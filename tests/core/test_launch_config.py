@@ -5,6 +5,7 @@ The device facts come from ops._runtime; each test pins them, so these run on an
 
 import pytest
 
+from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.ops import _runtime, launch_config
 
 H200 = dict(arch="sm_90", smem=227 * 1024, sms=132)
@@ -141,6 +142,11 @@ def test_amd_tiles_under_32_rows_per_warp_take_16x16_mfmas(device, arch):
         assert _dflash(32, 16384, group=8).mfma_nonkdim == 16
     with launch_config.forced(mfma_nonkdim=32):
         assert _dflash(32, 16384).mfma_nonkdim == 32
+    own_fp8 = launch_config.choose(num_tokens=512, num_seqs=32, num_kv_heads=8, group=4, head_dim=128,
+                                   kv_capacity=16384, max_query_len=16, num_splits=None, device_index=0,
+                                   page_size=16, kv_cache_dtype=ops.native_fp8_dtype(arch))
+    # gfx94x over its own fp8 format keeps 32x32 (registers: two waves per SIMD); gfx950 does not.
+    assert own_fp8.mfma_nonkdim == (0 if arch == "gfx942" else 16)
     device(**H200)
     assert _dflash(32, 16384).mfma_nonkdim == 0
 

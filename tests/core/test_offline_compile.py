@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.ops import _runtime, launch_config
 from tests.core import offline_compile
 
@@ -53,6 +54,15 @@ NATIVE_FP8 = {"gfx942": "fp8-fnuz", "gfx950": "fp8-fn", "sm_90": "fp8-fn"}
 OTHER_FP8 = {"gfx942": "u8-fn", "gfx950": "u8-fnuz", "sm_90": "u8-fnuz"}
 
 
+def _cache_dtype(arch, extras):
+    """The torch dtype of the case's cache as the launch choice sees it (None: the model dtype)."""
+    cache = extras.get("cache")
+    if cache is None:
+        return None
+    native = ops.native_fp8_dtype(arch)
+    return native if cache == "native" else next(d for d in ops.FP8_KV_CACHE_DTYPES if d != native)
+
+
 def _extras(arch, extras):
     """The case's keyword arguments of ``offline_compile.attention`` (its q_len sets num_tokens)."""
     extras = {k: v for k, v in extras.items() if k != "q_len"}
@@ -62,7 +72,7 @@ def _extras(arch, extras):
     return {**extras, "cache": (NATIVE_FP8 if cache == "native" else OTHER_FP8)[arch]}
 
 
-def _launch(monkeypatch, arch, hq, hkv, d, batch, context, page, q_len=16):
+def _launch(monkeypatch, arch, hq, hkv, d, batch, context, page, q_len=16, kv_cache_dtype=None):
     sms, smem = DEVICES[arch]
     with monkeypatch.context() as m:
         m.setattr(_runtime, "gpu_arch", lambda index=None: arch)
@@ -71,7 +81,7 @@ def _launch(monkeypatch, arch, hq, hkv, d, batch, context, page, q_len=16):
         m.setattr(_runtime, "interpreting", lambda: False)
         return launch_config.choose(num_tokens=batch * q_len, num_seqs=batch, num_kv_heads=hkv, group=hq // hkv,
                                     head_dim=d, kv_capacity=context, max_query_len=q_len, num_splits=None,
-                                    device_index=0, page_size=page)
+                                    device_index=0, page_size=page, kv_cache_dtype=kv_cache_dtype)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +92,7 @@ def compiled():
     for arch in sorted(DEVICES):
         for name, hq, hkv, d, batch, context, page, causal, extras in CASES:
             q_len = extras.get("q_len", 16)
-            cfg = _launch(mp, arch, hq, hkv, d, batch, context, page, q_len)
+            cfg = _launch(mp, arch, hq, hkv, d, batch, context, page, q_len, _cache_dtype(arch, extras))
             shape = dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page, causal=causal,
                          num_tokens=batch * q_len, num_seqs=batch, table_width=context // page,
                          **_extras(arch, extras))
