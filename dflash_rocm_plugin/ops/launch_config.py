@@ -221,10 +221,10 @@ def _mfma_nonkdim(arch: str, block_m: int, num_warps: int, native_fp8: bool = Fa
     MFMAs give both dots one layout.  Compiled offline, the Qwen3-8B q16 tile (64 rows, 4 warps),
     hot loop per wave: gfx942 1041 -> 663 instructions, 104 -> 48 LDS operations, 262 -> 182
     registers; gfx950 757 -> 531, 82 -> 56, 225 -> 156.  128-row tiles over 4 warps keep 32x32
-    (1043 vs 1070).  gfx94x over its own fp8 format keeps 32x32: there 16x16 holds the converted
-    tiles in more registers (244 -> 280 per lane: one wave per SIMD instead of two, with no software
-    pipelining at 1 stage) for a loop 14 % shorter.  Unmeasured on the GPUs (benchmarks/NOTES.md,
-    "AMD, compiled offline").
+    (1043 vs 1070).  gfx94x over its own fp8 format keeps 32x32: there 16x16 can hold the converted
+    tiles in more registers (page 1, split-KV: 235 -> 282 per lane, one wave per SIMD instead of two,
+    with no software pipelining at 1 stage; page 16: 244 -> 245) for a loop 14 % shorter.
+    Unmeasured on the GPUs (benchmarks/NOTES.md, "AMD, compiled offline").
     """
     if not arch.startswith("gfx") or block_m // num_warps >= 32 or (native_fp8 and arch.startswith("gfx94")):
         return 0
