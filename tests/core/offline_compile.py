@@ -109,6 +109,7 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
     import triton
 
     from dflash_rocm_plugin.kernels import paged_attention as native
+    from dflash_rocm_plugin.ops.backends.triton import _lacks_bf16_conversion
     d, hq, hkv = head_dim, num_q_heads, num_kv_heads
     splits = cfg.num_splits
     cache_type, soft = _CACHE_TYPES[cache] if cache else (dtype, 0)
@@ -138,7 +139,7 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
         FP16_DOTS=cache is not None and dtype == "bf16" and cfg.fp8_dots != "qk_pv",
         FP8_DOTS=({"fp8-fn": 1, "fp8-fnuz": 2}.get(cache, 0) if cfg.fp8_dots != "none" else 0),
         FP8_QK=cfg.fp8_dots == "qk_pv", PV_T=cfg.pv_transposed,
-        P_INT_ROUND=dtype == "bf16" and cache is None and arch.startswith(("gfx90a", "gfx94")),
+        P_INT_ROUND=dtype == "bf16" and cache is None and _lacks_bf16_conversion(arch),
     )
     out = [_compile(arch, _signature(native.paged_attention_kernel, values, constexprs),
                     cfg.num_warps, cfg.num_stages, cfg.mfma_nonkdim)]

@@ -52,7 +52,7 @@ class Launch:
         fp8_qk = fp8_dots == "qk_pv"
         fp16_dots = call.fp8 and q.dtype == torch.bfloat16 and not fp8_qk
         upcast = q.dtype == torch.bfloat16 and not fp16_dots and not fp8_qk and _runtime.interpreting()
-        # P dots as bf16: cut, not rounded, where the GPU has no f32 -> bf16 conversion (the kernel).
+        # bf16 P rounded by integer arithmetic where the GPU has no f32 -> bf16 conversion (the kernel).
         p_int_round = (q.dtype == torch.bfloat16 and not fp16_dots and fp8_code == 0
                    and _lacks_bf16_conversion(_runtime.gpu_arch(q.device.index)))
         tokens, hq, d = q.shape
