@@ -126,8 +126,6 @@ def _tuned_line(info) -> str:
 def fp8_report(arch: str | None) -> dict:
     """Which fp8 cache format this GPU converts in hardware (``ops.native_fp8_dtype``)."""
     try:
-        import torch
-
         from dflash_rocm_plugin import ops
         formats = [str(d).replace("torch.", "") for d in ops.FP8_KV_CACHE_DTYPES]
         if arch is None or ops.interpreting():

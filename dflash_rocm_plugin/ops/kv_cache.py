@@ -7,7 +7,8 @@ import torch
 from dflash_rocm_plugin.ops import _runtime, _validate, support
 
 SLOT_DTYPES = (torch.int32, torch.int64)
-_FP8_CODES = {torch.float8_e4m3fn: 1, torch.float8_e4m3fnuz: 2}
+# The kernels' code for each fp8 format (0: not fp8).
+FP8_CODES = {torch.float8_e4m3fn: 1, torch.float8_e4m3fnuz: 2}
 
 
 def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
@@ -46,7 +47,7 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
     if num_slots == 0:
         return
     _, kv = _runtime.kernels()
-    fp8 = _FP8_CODES.get(k_cache.dtype, 0)
+    fp8 = FP8_CODES.get(k_cache.dtype, 0)
     if fp8:  # stored as bytes (kernels/kv_cache.py)
         k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
     kv.write_kv_cache_kernel[(num_slots,)](

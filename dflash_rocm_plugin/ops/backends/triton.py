@@ -7,6 +7,7 @@ import torch
 from dflash_rocm_plugin.ops import _runtime, launch_config, workspace
 from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher
 from dflash_rocm_plugin.ops.call import AttentionCall
+from dflash_rocm_plugin.ops.kv_cache import FP8_CODES
 from dflash_rocm_plugin.ops.support import native_fp8_dtype
 
 NAME = "triton"
@@ -25,10 +26,8 @@ def soft_fp8(cache_dtype, device_index) -> int:
     """0: the cache is read with the hardware conversion; 1 (e4m3fn) / 2 (e4m3fnuz): as bytes,
     decoded by bit arithmetic -- under the interpreter, whose fp8 casts are wrong, and where the
     GPU has no conversion for that format (e4m3fnuz outside gfx94x, e4m3fn on gfx94x)."""
-    if cache_dtype not in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
-        return 0
-    code = 1 if cache_dtype == torch.float8_e4m3fn else 2
-    if _runtime.interpreting():
+    code = FP8_CODES.get(cache_dtype, 0)
+    if not code or _runtime.interpreting():
         return code
     return 0 if cache_dtype == native_fp8_dtype(_runtime.gpu_arch(device_index)) else code
 
@@ -48,7 +47,7 @@ class Launch:
         # With ``fp8_dots`` a natively converted fp8 cache dots in fp8 instead (the kernel docstring).
         fp8_dots = (cfg.fp8_dots if call.fp8 and not soft and q.dtype in (torch.float16, torch.bfloat16)
                     and not _runtime.interpreting() else "none")
-        fp8_code = (1 if k_cache.dtype == torch.float8_e4m3fn else 2) if fp8_dots != "none" else 0
+        fp8_code = FP8_CODES[k_cache.dtype] if fp8_dots != "none" else 0
         fp8_qk = fp8_dots == "qk_pv"
         fp16_dots = call.fp8 and q.dtype == torch.bfloat16 and not fp8_qk
         upcast = q.dtype == torch.bfloat16 and not fp16_dots and not fp8_qk and _runtime.interpreting()
