@@ -5,6 +5,7 @@
 #   WINDOW    DFlash2 windows (2048, q 8 and 16) against the same keys without a window over as many pages
 #   FP8       fp8 caches: the default launch, then each opt-in fp8 launch (time and error)
 #   HOSTCOST  host cost of one eager call (benchmarks/host_cost.py), direct relaunch on and off
+#   WORKLOADS the target's prefill, chunked prefill and decode, and GQA-8 q16, beside SDPA and vLLM
 set -u
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 PARTS="${1:-variants,splits}"; BENCH="${2:-1}"; TESTS="${3:-1}"
@@ -42,6 +43,12 @@ if [[ "${FP8:-0}" == 1 ]]; then
     done
     timeout 150 python3 -m pytest tests/gpu/test_fp8_opt_in_launches.py -q -s 2>&1 | grep -E "rel err|passed|failed" \
         | tee "$OUT/fp8-errors.txt"
+fi
+if [[ "${WORKLOADS:-0}" == 1 ]]; then
+    for w in prefill:150 chunked:80 decode:100 gqa8:110; do
+        timeout "${w#*:}" $B --workload "${w%:*}" --peers benchmarks/.peers --peer-names vllm_unified,sdpa_flash,sdpa_cudnn \
+            --json "$OUT/workload-${w%:*}.json" 2>&1 | tee -a "$OUT/workloads.txt"
+    done
 fi
 if [[ "${HOSTCOST:-0}" == 1 ]]; then
     timeout 120 python3 benchmarks/host_cost.py --json "$OUT/host-cost.json" 2>&1 | tee "$OUT/host-cost.txt"

@@ -30,7 +30,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--modes", default="draft,verify", help="draft (non-causal) and/or verify (causal)")
     p.add_argument("--shapes", default=None, help="batch x context list, e.g. 32x16K,1x32K (default: grid)")
     p.add_argument("--targets-only", action="store_true", help="only the issue's target shapes")
-    p.add_argument("--pages", default="16,1", help="page sizes")
+    p.add_argument("--workload", default="q16", choices=["q16", *shapes_mod.WORKLOADS],
+                   help="q16: the DFlash block (the grid above); else the target's other calls with their "
+                        "goals: " + "; ".join(f"{n}: {w.about}" for n, w in shapes_mod.WORKLOADS.items()))
+    p.add_argument("--pages", default=None, help="page sizes (default: 16,1 for q16, else 16)")
     p.add_argument("--peers", nargs="?", const="benchmarks/.peers", default=None, metavar="DIR",
                    help="also time peer kernels loaded from DIR (benchmarks/get_peers.sh)")
     p.add_argument("--peer-names", default=None, help="comma list of peers (default: all)")
@@ -150,17 +153,25 @@ def run(args, device) -> int:
             print(f"--models: unknown model {m!r}; supported: {sorted(shapes_mod.MODELS)}", file=sys.stderr)
             return 2
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    pages = [int(p) for p in args.pages.split(",")]
-    if args.shapes:
-        pairs = shapes_mod.parse_pairs(args.shapes)
-    else:
-        pairs = shapes_mod.TARGET_SHAPES if args.targets_only else shapes_mod.DEFAULT_SHAPES
-    peer_pairs = set(shapes_mod.parse_pairs(args.peer_shapes) if args.peer_shapes else shapes_mod.TARGET_SHAPES)
+    pages = [int(p) for p in (args.pages or ("16,1" if args.workload == "q16" else "16")).split(",")]
     layouts = _unique_layouts(models)
-    grid = []
-    for names in layouts.values():
-        grid += shapes_mod.grid([names[0]], modes, pairs, pages, q_len=args.q_len, kv=args.kv,
-                                window=args.window, sinks=args.sinks)
+    if args.workload != "q16":
+        work = shapes_mod.WORKLOADS[args.workload]
+        grid = work.shapes(pages)
+        layouts = _unique_layouts([work.model])
+        peer_pairs = {(s.batch, s.context) for s in grid}
+    else:
+        if args.shapes:
+            pairs = shapes_mod.parse_pairs(args.shapes)
+        else:
+            pairs = shapes_mod.TARGET_SHAPES if args.targets_only else shapes_mod.DEFAULT_SHAPES
+        grid = []
+        for names in layouts.values():
+            grid += shapes_mod.grid([names[0]], modes, pairs, pages, q_len=args.q_len, kv=args.kv,
+                                    window=args.window, sinks=args.sinks)
+        peer_pairs = set(shapes_mod.TARGET_SHAPES)
+    if args.peer_shapes:
+        peer_pairs = set(shapes_mod.parse_pairs(args.peer_shapes))
     show_progress = not args.no_progress
     pool_context = None
     if args.pool_context:
@@ -187,7 +198,7 @@ def run(args, device) -> int:
         base = {"label": shape.label, "model": "/".join(layouts[shape.heads]), "mode": shape.mode,
                 "causal": shape.causal, "batch": shape.batch, "context": shape.context,
                 "page": shape.page, "q_len": shape.q_len, "heads": [hq, hkv, d],
-                "kv_bytes": shape.kv_bytes()}
+                "workload": shape.workload, "kv_bytes": shape.kv_bytes(), "flop": shape.flop()}
         case = inputs.build(shape, device, dtype=getattr(torch, args.dtype), pool_context=pool_context)
         ref = inputs.reference(case, 0)
         _progress(done, jobs, f"{shape.label} plugin", show_progress)
@@ -262,7 +273,10 @@ def run(args, device) -> int:
     for r in rows:
         if r.get("time_us"):
             r["tbs"] = r["kv_bytes"] / (r["time_us"] * 1e-6) / 1e12
+            r["tflops"] = r["flop"] / (r["time_us"] * 1e-6) / 1e12
             r["frac_ceiling"] = r["tbs"] / ceiling
+        if r.get("flushed_us"):
+            r["flushed_tbs"] = r["kv_bytes"] / (r["flushed_us"] * 1e-6) / 1e12
     report.speedups(rows)
     verdicts = report.targets(rows, ceiling, peers_mod.TRITON_PEERS)
     print(f"{meta['gpu']} ({meta['multiprocessors']} SMs), driver {meta['driver']}, torch {meta['torch']}, "

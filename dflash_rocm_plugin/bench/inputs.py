@@ -101,8 +101,10 @@ def dense_kv(case: Case, copy: int = 0):
     return k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
 
 
-def reference(case: Case, copy: int = 0) -> torch.Tensor:
-    """float32 attention on the device from dense K/V: the check every timed kernel must pass."""
+def reference(case: Case, copy: int = 0, max_logits: int = 1 << 28) -> torch.Tensor:
+    """float32 attention on the device from dense K/V: the check every timed kernel must pass.
+
+    Query rows go in chunks of at most ``max_logits`` scores, so a 32K prefill's reference fits."""
     s = case.shape
     hq, hkv, d = s.heads
     g = hq // hkv
@@ -110,24 +112,29 @@ def reference(case: Case, copy: int = 0) -> torch.Tensor:
     k_scale = 1.0 if case.k_scale is None else case.k_scale.float()
     v_scale = 1.0 if case.v_scale is None else case.v_scale.float()
     out = torch.empty(s.batch * s.q_len, hq, d, device=case.q.device, dtype=torch.float32)
-    pos = s.context - s.q_len + torch.arange(s.q_len, device=k.device)
     keys = torch.arange(s.context, device=k.device)
-    hidden = torch.zeros(s.q_len, s.context, dtype=torch.bool, device=k.device)
-    if s.causal:
-        hidden |= keys[None, :] > pos[:, None]
-    if s.window:
-        hidden |= (pos[:, None] - keys[None, :]) >= s.window
+    rows = max(1, max_logits // (hq * s.context))
     for i in range(s.batch):
-        qi = case.q[i * s.q_len:(i + 1) * s.q_len].float().reshape(s.q_len, hkv, g, d)
-        logits = torch.einsum("nkgd,kld->kgnl", qi, k[i].float() * k_scale) * case.scale
-        logits = logits.masked_fill(hidden, float("-inf"))
-        if case.sinks is not None:
-            sink = case.sinks.float().reshape(hkv, g, 1, 1).expand(hkv, g, s.q_len, 1)
-            probs = torch.softmax(torch.cat([logits, sink], -1), -1)[..., :-1]
-        else:
-            probs = torch.softmax(logits, -1)
-        o = torch.einsum("kgnl,kld->nkgd", probs, v[i].float() * v_scale)
-        out[i * s.q_len:(i + 1) * s.q_len] = o.reshape(s.q_len, hq, d)
+        ki, vi = k[i].float() * k_scale, v[i].float() * v_scale
+        for r0 in range(0, s.q_len, rows):
+            r1 = min(s.q_len, r0 + rows)
+            pos = s.context - s.q_len + torch.arange(r0, r1, device=k.device)
+            hidden = torch.zeros(r1 - r0, s.context, dtype=torch.bool, device=k.device)
+            if s.causal:
+                hidden |= keys[None, :] > pos[:, None]
+            if s.window:
+                hidden |= (pos[:, None] - keys[None, :]) >= s.window
+            t0 = i * s.q_len
+            qi = case.q[t0 + r0:t0 + r1].float().reshape(r1 - r0, hkv, g, d)
+            logits = torch.einsum("nkgd,kld->kgnl", qi, ki) * case.scale
+            logits = logits.masked_fill(hidden, float("-inf"))
+            if case.sinks is not None:
+                sink = case.sinks.float().reshape(hkv, g, 1, 1).expand(hkv, g, r1 - r0, 1)
+                probs = torch.softmax(torch.cat([logits, sink], -1), -1)[..., :-1]
+            else:
+                probs = torch.softmax(logits, -1)
+            o = torch.einsum("kgnl,kld->nkgd", probs, vi)
+            out[t0 + r0:t0 + r1] = o.reshape(r1 - r0, hq, d)
     return out
 
 

@@ -324,12 +324,74 @@ def torch_sdpa(root: pathlib.Path):
     return prepare
 
 
+def sdpa_pinned(backend_name: str):
+    """torch SDPA on one pinned backend (FLASH_ATTENTION: FlashAttention-2; CUDNN_ATTENTION), each
+    call in the layout that backend runs fastest without a general mask: GQA folded into the query
+    rows where no mask is needed (non-causal, or one query), else per query head with a causal mask
+    aligned to the last key (``is_causal`` when q = context) and native GQA.  A backend that refuses
+    the shape raises, and the bench reports the row as failed."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+
+    backend = getattr(SDPBackend, backend_name)
+
+    def loader(root: pathlib.Path):
+        def prepare(case: inputs.Case):
+            s = case.shape
+            hq, hkv, d = s.heads
+            g = hq // hkv
+            dense = [inputs.dense_kv(case, i) for i in range(case.copies)]
+            folded = not s.causal or s.q_len == 1
+            if folded:
+                q = case.q.view(s.batch, s.q_len, hkv, g, d).permute(0, 2, 1, 3, 4).reshape(
+                    s.batch, hkv, s.q_len * g, d)
+                extra = {}
+            else:
+                q = case.q.view(s.batch, s.q_len, hq, d).transpose(1, 2).contiguous()
+                extra = ({"is_causal": True} if s.q_len == s.context
+                         else {"attn_mask": causal_lower_right(s.q_len, s.context)})
+                extra["enable_gqa"] = g > 1
+            outs = [None] * case.copies
+
+            def call(i):
+                def run():
+                    with sdpa_kernel([backend]):
+                        outs[i] = F.scaled_dot_product_attention(q, dense[i][0], dense[i][1], scale=case.scale,
+                                                                 **extra)
+                return run
+
+            def unfold():
+                if folded:
+                    o = outs[0].view(s.batch, hkv, s.q_len, g, d).permute(0, 2, 1, 3, 4)
+                else:
+                    o = outs[0].transpose(1, 2)
+                return o.reshape(s.batch * s.q_len, hq, d)
+            calls = [call(i) for i in range(case.copies)]
+            try:
+                calls[0]()
+            except RuntimeError:
+                if not extra.get("enable_gqa"):
+                    raise
+                # This backend takes no native GQA here: the KV heads repeated for it, outside timing.
+                extra.pop("enable_gqa")
+                dense[:] = [(k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)) for k, v in dense]
+                calls[0]()
+            lazy = _Lazy(outs)
+            lazy.get = unfold
+            return calls, lazy
+        return prepare
+    return loader
+
+
 PEERS = {
     "vllm_unified": ("vLLM 0.33 triton unified_attention", vllm_unified),
     "vllm_prefix_prefill": ("vLLM 0.33 prefix_prefill.context_attention_fwd", vllm_prefix_prefill),
     "sglang_extend": ("SGLang 0.5.23 extend_attention_fwd", sglang_extend),
     "aiter_kvcache": ("AITER flash_attn_with_kvcache (Triton, AMD options stripped)", aiter_kvcache),
     "torch_sdpa": ("torch SDPA, dense unpaged copy, GQA folded", torch_sdpa),
+    "sdpa_flash": ("torch SDPA pinned to FlashAttention-2, dense unpaged copy", sdpa_pinned("FLASH_ATTENTION")),
+    "sdpa_cudnn": ("torch SDPA pinned to cuDNN attention, dense unpaged copy", sdpa_pinned("CUDNN_ATTENTION")),
 }
 TRITON_PEERS = ("vllm_unified", "vllm_prefix_prefill", "sglang_extend", "aiter_kvcache")
 # Peers timed on shapes with an fp8 cache, a sliding window or sinks (vLLM's unified attention takes all three).

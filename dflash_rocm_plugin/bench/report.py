@@ -24,8 +24,8 @@ def speedups(rows: list[dict]) -> None:
 def table(rows: list[dict], ceiling: float) -> str:
     # us / TB/s: CUDA-graph replay of back-to-back calls; 1-call us: one call after an L2 flush
     # (what a layer pays between other kernels); eager us: one eager launch, host cost included.
-    head = (f"{'shape':<34} {'impl':<20} {'us':>9} {'TB/s':>6} {'%ceil':>6} {'1-call us':>9} {'TB/s':>6} "
-            f"{'eager us':>9} {'rel err':>8}  notes")
+    head = (f"{'shape':<34} {'impl':<20} {'us':>9} {'TB/s':>6} {'%ceil':>6} {'TFLOP/s':>7} {'1-call us':>9} "
+            f"{'TB/s':>6} {'eager us':>9} {'rel err':>8}  notes")
     lines = [f"copy ceiling (D2D, read+write): {ceiling:.2f} TB/s", head, "-" * len(head)]
     for r in rows:
         t = f"{r['time_us']:9.1f}" if r.get("time_us") else f"{'-':>9}"
@@ -34,45 +34,60 @@ def table(rows: list[dict], ceiling: float) -> str:
         fbw = f"{r['kv_bytes'] / (r['flushed_us'] * 1e-6) / 1e12:6.2f}" if r.get("flushed_us") else f"{'-':>6}"
         bw = f"{r['tbs']:6.2f}" if r.get("tbs") else f"{'-':>6}"
         pc = f"{100 * r['frac_ceiling']:5.1f}%" if r.get("frac_ceiling") else f"{'-':>6}"
+        tf = f"{r['tflops']:7.1f}" if r.get("tflops") else f"{'-':>7}"
         err = f"{r['rel_err']:8.1e}" if r.get("rel_err") is not None else f"{'-':>8}"
         notes = r.get("status", "")
         if r.get("speedup_vs"):
             notes += " x" + " x".join(f"{v:.1f} vs {k}" for k, v in r["speedup_vs"].items())
-        lines.append(f"{r['label']:<34} {r['impl']:<20} {t} {bw} {pc} {f} {fbw} {e} {err}  {notes}".rstrip())
+        lines.append(f"{r['label']:<34} {r['impl']:<20} {t} {bw} {pc} {tf} {f} {fbw} {e} {err}  {notes}".rstrip())
     return "\n".join(lines)
 
 
 def targets(rows: list[dict], ceiling: float, triton_peers) -> list[dict]:
-    """Verdicts for the issue's target shapes (only shapes that were run)."""
+    """Verdicts for the goals of the shapes that were run: the q16 block's bandwidth (and one-call
+    bandwidth), or the workload's bandwidth, TFLOP/s and the peers it must not lose to."""
     verdicts = []
     for r in rows:
         if r["impl"] != "plugin" or not r.get("tbs"):
             continue
         key = (r["batch"], r["context"])
-        if key not in shapes_mod.TARGET_BANDWIDTH_TBS:
-            continue
-        need = shapes_mod.TARGET_BANDWIDTH_TBS[key]
-        v = {"label": r["label"], "tbs": r["tbs"], "need_tbs": need, "bandwidth_met": r["tbs"] >= need}
-        if need >= 3.8:
-            v["frac_ceiling"] = r["frac_ceiling"]
-            v["ceiling_met"] = r["frac_ceiling"] >= 0.9
-        peer_x = {k: x for k, x in (r.get("speedup_vs") or {}).items() if k in triton_peers}
-        if peer_x:
-            best = min(peer_x, key=peer_x.get)
-            v["vs_best_triton_peer"] = {"peer": best, "speedup": peer_x[best], "met": peer_x[best] >= 4.0}
-        verdicts.append(v)
+        v = {"label": r["label"], "tbs": r["tbs"], "tflops": r["tflops"], "checks": []}
+        work = shapes_mod.WORKLOADS.get(r.get("workload", "q16"))
+        if work is None:
+            if key in shapes_mod.TARGET_BANDWIDTH_TBS:
+                need = shapes_mod.TARGET_BANDWIDTH_TBS[key]
+                v["checks"].append(_check("TB/s", r["tbs"], need))
+                if need >= 3.8:
+                    v["checks"].append(_check("fraction of copy ceiling", r["frac_ceiling"], 0.9))
+                peer_x = {k: x for k, x in (r.get("speedup_vs") or {}).items() if k in triton_peers}
+                if peer_x:
+                    best = min(peer_x, key=peer_x.get)
+                    v["checks"].append(_check(f"x vs best Triton peer {best}", peer_x[best], 4.0))
+            if key in shapes_mod.ONE_CALL_TBS and r.get("flushed_tbs"):
+                v["checks"].append(_check("one-call TB/s", r["flushed_tbs"], shapes_mod.ONE_CALL_TBS[key]))
+        else:
+            if key in work.tbs:
+                v["checks"].append(_check("TB/s", r["tbs"], work.tbs[key]))
+            if work.tflops:
+                v["checks"].append(_check("TFLOP/s", r["tflops"], work.tflops))
+            for peer, cells in work.at_least.items():
+                x = (r.get("speedup_vs") or {}).get(peer)
+                if key in cells and x is not None:
+                    v["checks"].append(_check(f"x vs {peer}", x, 1.0))
+        if v["checks"]:
+            verdicts.append(v)
     return verdicts
+
+
+def _check(what: str, value: float, need: float) -> dict:
+    return {"what": what, "value": value, "need": need, "met": value >= need}
 
 
 def verdict_text(verdicts: list[dict]) -> str:
     lines = ["targets:"]
     for v in verdicts:
-        parts = [f"{v['tbs']:.2f} TB/s (need {v['need_tbs']}) {'MET' if v['bandwidth_met'] else 'MISSED'}"]
-        if "ceiling_met" in v:
-            parts.append(f"{100 * v['frac_ceiling']:.0f}% of ceiling {'MET' if v['ceiling_met'] else 'MISSED'}")
-        if "vs_best_triton_peer" in v:
-            p = v["vs_best_triton_peer"]
-            parts.append(f"x{p['speedup']:.1f} vs best Triton peer {p['peer']} {'MET' if p['met'] else 'MISSED'}")
+        parts = [f"{c['what']} {c['value']:.2f} (need {c['need']}) {'MET' if c['met'] else 'MISSED'}"
+                 for c in v["checks"]]
         lines.append(f"  {v['label']:<34} " + "; ".join(parts))
     return "\n".join(lines)
 

@@ -39,6 +39,7 @@ class Shape:
     kv: str = "bf16"            # cache element type (KV_BYTES); "bf16" means the query dtype
     window: int | None = None   # sliding window (key j visible from p iff p - j < window)
     sinks: bool = False
+    workload: str = "q16"       # a WORKLOADS name: what the call stands for in a serving step
 
     @property
     def causal(self) -> bool:
@@ -58,6 +59,16 @@ class Shape:
     def heads(self) -> tuple[int, int, int]:
         return MODELS[self.model]
 
+    def flop(self) -> int:
+        """Multiply-adds x 2 of Q K^T and P V over the (query, key) pairs the call attends."""
+        hq, _, d = self.heads
+        pairs = 0
+        for p in range(self.context - self.q_len, self.context):
+            hi = p + 1 if self.causal else self.context
+            lo = max(0, p - self.window + 1) if self.window else 0
+            pairs += max(0, hi - lo)
+        return 4 * self.batch * hq * d * pairs
+
     def kv_bytes(self, element_size: int | None = None) -> int:
         """Unique K and V bytes one call must read: every key it sees, of every sequence, once
         (in the cache's element size unless given)."""
@@ -70,7 +81,9 @@ class Shape:
         ctx = f"{self.context // 1024}K" if self.context % 1024 == 0 else str(self.context)
         extra = "".join([f" {self.kv}" if self.kv != "bf16" else "", f" w{self.window}" if self.window else "",
                          " sinks" if self.sinks else "", f" q{self.q_len}" if self.q_len != 16 else ""])
-        return f"{self.mode} {self.model} b{self.batch}x{ctx} p{self.page}{extra}"
+        # The q16 block, of any heads, is named by its mode; the target's other calls by what they are.
+        what = self.mode if self.workload in ("q16", "gqa8") else self.workload
+        return f"{what} {self.model} b{self.batch}x{ctx} p{self.page}{extra}"
 
 
 def parse_pairs(text: str) -> list[tuple[int, int]]:
@@ -86,3 +99,43 @@ def parse_pairs(text: str) -> list[tuple[int, int]]:
 def grid(models, modes, pairs, pages, q_len=16, kv="bf16", window=None, sinks=False) -> list[Shape]:
     return [Shape(m, mode, b, c, p, q_len, kv, window, sinks) for m in models for mode in modes
             for (b, c) in pairs for p in pages]
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """The other attention calls ``--attention-backend rocm_dflash`` puts on the plugin (the target's
+    prefill, chunked prefill and decode; the q16 block of GQA-8 heads), with the goals they are held to."""
+    about: str
+    model: str
+    modes: tuple
+    cells: tuple                # (batch, context, q_len); q_len None: the whole context (prefill)
+    tbs: dict = dataclasses.field(default_factory=dict)    # (batch, context) -> unique KV TB/s needed
+    tflops: float | None = None                            # TFLOP/s needed at every cell
+    at_least: dict = dataclasses.field(default_factory=dict)  # peer -> cells (batch, context) not to lose at
+
+    def shapes(self, pages) -> list[Shape]:
+        return [Shape(self.model, mode, b, c, p, c if q is None else q, workload=name_of(self))
+                for mode in self.modes for (b, c, q) in self.cells for p in pages]
+
+
+K = 1024
+WORKLOADS = {
+    "prefill": Workload("prefill, no prefix (q = context), causal", "qwen3-8b", ("verify",),
+                        ((1, 8 * K, None), (4, 4 * K, None), (16, K, None), (1, 32 * K, None)),
+                        at_least={"sdpa_cudnn": ((1, 8 * K), (4, 4 * K), (1, 32 * K)),
+                                  "sdpa_flash": ((1, 8 * K), (4, 4 * K), (16, K), (1, 32 * K))}),
+    "chunked": Workload("chunked prefill: 2K new over 6K cached, 8K new over 24K, causal", "qwen3-8b",
+                        ("verify",), ((4, 8 * K, 2 * K), (1, 32 * K, 8 * K)), tflops=500.0),
+    "decode": Workload("plain decode, one query per sequence", "qwen3-8b", ("verify",),
+                       ((64, 8 * K, 1), (16, 16 * K, 1), (256, 2 * K, 1), (1, 32 * K, 1)),
+                       tbs={(64, 8 * K): 4.2, (16, 16 * K): 4.2, (1, 32 * K): 2.8}),
+    "gqa8": Workload("the q16 block with Qwen3-32B heads (GQA 8)", "qwen3-32b", ("draft", "verify"),
+                     ((32, 16 * K, 16), (8, 4 * K, 16), (1, 32 * K, 16)),
+                     tbs={(32, 16 * K): 3.8, (8, 4 * K): 2.8, (1, 32 * K): 2.5}),
+}
+# The q16 block of Qwen3-8B heads timed as one call after an L2 flush (what a layer pays).
+ONE_CALL_TBS = {(8, 4 * K): 2.8, (1, 4 * K): 1.0}
+
+
+def name_of(workload: Workload) -> str:
+    return next(n for n, w in WORKLOADS.items() if w is workload)

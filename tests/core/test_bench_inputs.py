@@ -60,3 +60,71 @@ def test_pool_context_spreads_a_short_context_over_a_long_pool():
     out = ops.paged_attention(pooled.q, pooled.k_cache, pooled.v_cache, pooled.block_tables[0], pooled.seq_lens,
                               pooled.query_start_loc, causal=False, max_query_len=16)
     assert inputs.rel_error(out, inputs.reference(pooled)) < 1e-5
+
+
+@pytest.mark.parametrize("mode,ctx,q_len,window", [("verify", 64, 16, None), ("draft", 64, 16, None),
+                                                    ("verify", 64, 64, None), ("verify", 64, 1, None),
+                                                    ("verify", 96, 32, 20), ("draft", 96, 16, 20)])
+def test_flop_counts_the_pairs_attended(mode, ctx, q_len, window):
+    shape = Shape("tiny", mode, 3, ctx, 16, q_len, window=window)
+    pos = torch.arange(ctx - q_len, ctx)[:, None]
+    keys = torch.arange(ctx)[None, :]
+    seen = torch.ones(q_len, ctx, dtype=torch.bool)
+    if shape.causal:
+        seen &= keys <= pos
+    if window:
+        seen &= pos - keys < window
+    hq, _, d = shape.heads
+    assert shape.flop() == 4 * 3 * hq * d * int(seen.sum())
+
+
+def test_reference_in_row_chunks_is_the_reference():
+    shape = Shape("tiny", "verify", 2, 64, 16, 48, window=20, sinks=True)
+    case = inputs.build(shape, torch.device("cpu"), dtype=torch.float32)
+    whole = inputs.reference(case)
+    assert inputs.rel_error(inputs.reference(case, max_logits=4 * 64 * 5), whole) < 1e-6
+    out = ops.paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables[0], case.seq_lens,
+                              case.query_start_loc, causal=True, max_query_len=48, **case.features())
+    assert inputs.rel_error(out, whole) < 1e-5
+
+
+@pytest.mark.parametrize("mode,ctx,q_len", [("draft", 64, 16), ("verify", 64, 16), ("verify", 64, 1),
+                                            ("verify", 64, 64), ("verify", 96, 32)],
+                         ids=["draft", "verify", "decode", "prefill", "chunked"])
+def test_pinned_sdpa_peer_layouts_match_the_reference(mode, ctx, q_len):
+    """The SDPA peers' folded / per-head layouts and their causal alignment, on the CPU's MATH
+    backend (the bench pins FLASH_ATTENTION or CUDNN_ATTENTION on a GPU)."""
+    from dflash_rocm_plugin.bench import peers
+    case = inputs.build(Shape("tiny", mode, 2, ctx, 16, q_len), torch.device("cpu"), dtype=torch.float32)
+    calls, out = peers.sdpa_pinned("MATH")(None)(case)
+    calls[0]()
+    assert inputs.rel_error(out.get(), inputs.reference(case)) < 1e-5
+
+
+def test_workloads_are_the_issue_shapes_with_their_goals():
+    from dflash_rocm_plugin.bench.shapes import WORKLOADS
+    prefill = WORKLOADS["prefill"].shapes([16])
+    assert all(s.q_len == s.context and s.causal for s in prefill)
+    assert prefill[0].label == "prefill qwen3-8b b1x8K p16 q8192"
+    assert {(s.batch, s.context, s.q_len) for s in WORKLOADS["chunked"].shapes([16])} == {
+        (4, 8192, 2048), (1, 32768, 8192)}
+    assert {s.q_len for s in WORKLOADS["decode"].shapes([16])} == {1}
+    assert {s.heads for s in WORKLOADS["gqa8"].shapes([16])} == {(64, 8, 128)}
+
+
+def test_verdicts_hold_each_workload_to_its_goals():
+    from dflash_rocm_plugin.bench import report
+    base = dict(impl="plugin", tbs=1.0, frac_ceiling=0.3)
+    rows = [dict(base, label="chunked a", workload="chunked", batch=4, context=8192, tflops=450.0),
+            dict(base, label="prefill a", workload="prefill", batch=16, context=1024, tflops=300.0,
+                 speedup_vs={"sdpa_cudnn": 0.9, "sdpa_flash": 1.2}),
+            dict(base, label="decode a", workload="decode", batch=64, context=8192, tbs=4.3, tflops=1.0),
+            dict(base, label="verify a", workload="q16", batch=8, context=4096, tbs=2.9, tflops=1.0,
+                 flushed_tbs=2.5),
+            dict(base, label="decode b", workload="decode", batch=256, context=2048, tflops=1.0)]
+    got = {v["label"]: [(c["what"], c["met"]) for c in v["checks"]] for v in report.targets(rows, 4.2, ())}
+    assert got == {"chunked a": [("TFLOP/s", False)],
+                   "prefill a": [("x vs sdpa_flash", True)],  # 16 x 1K: FA2 only
+                   "decode a": [("TB/s", True)],
+                   "verify a": [("TB/s", True), ("one-call TB/s", False)]}
+    assert "MISSED" in report.verdict_text(report.targets(rows, 4.2, ()))
