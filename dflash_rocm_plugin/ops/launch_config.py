@@ -145,14 +145,31 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     # small enough for the accumulator to stay in registers; 16 for heads above 256, whose
     # [rows, 512] fp32 accumulator would otherwise not fit in registers.
     rows = 16 if head_dim_pad > 256 else (128 if (group >= 8 and head_dim_pad <= 128) else 64)
+    arch = _runtime.gpu_arch(device_index)
+    # Prefill on Hopper: long query blocks are compute-bound, and taller tiles reuse each K/V tile
+    # for more rows.  H200, Qwen3-8B heads, TFLOP/s against 64-row tiles: 256 rows (8 warps,
+    # 3 stages) 1 x 8K 410 vs 360, 1 x 32K 459 vs 376; 128 rows 4 x 4K 387 vs 364 (256: 370).
+    # Decided by the mean query length, so the decodes of a mixed step are not put in tall tiles
+    # by one long chunk beside them.
+    prefill_rows = 0
+    if arch.startswith("sm_") and head_dim_pad <= 128 and num_seqs > 0:
+        mean_rows = min(num_tokens // num_seqs, max_query_len or num_tokens) * group
+        prefill_rows = 256 if mean_rows >= 32768 else (128 if mean_rows >= 8192 else 0)
+        rows = max(rows, prefill_rows)
     block_q = max(1, rows // group)
     if max_query_len is not None:
         block_q = min(block_q, _runtime.next_power_of_2(max(1, max_query_len)))
     block_m = max(16, _runtime.next_power_of_2(block_q * group))
     if window is not None:
         kv_capacity = min(kv_capacity, window + block_q - 1)
-    arch = _runtime.gpu_arch(device_index)
     block_n, num_warps, num_stages = _arch_defaults(arch, head_dim_pad, block_m)
+    if (arch.startswith("sm_") and block_q == 1 and block_m <= 16 and head_dim_pad <= 128
+            and (page_size is None or page_size >= 16)
+            and _runtime.shared_memory_per_block(device_index) >= _DEEP_STAGES_SMEM):
+        # Decode (one query per sequence): 128-key tiles, two deep.  H200, Qwen3-8B heads, page 16,
+        # TB/s against 64-key tiles at 3 stages: 16 x 16K 4.28 vs 4.16, 1 x 32K 3.32 vs 3.15,
+        # 256 x 2K 4.21 vs 4.28; 64 x 8K 4.28, its tuned entry's launch (NOTES.md, "v6 -> v7").
+        block_n, num_stages = 128, 2
 
     explicit_splits = num_splits is not None
     short_queries = num_tokens <= num_seqs * block_q
@@ -193,6 +210,8 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             # 2.59-2.66 -> 3.08-3.22 TB/s at large batch, 1.90 -> 2.17 at 64 x 1K; at page 16 the
             # same change lost 8-18 % (3.19-3.31 -> 2.62-2.93) and on 64-row tiles 5-10 %.
             overlap_qk = block_m >= 128 and page_size is not None and page_size < 16
+    if prefill_rows == 256:
+        num_stages = min(num_stages, 3)  # three 64-key K/V stages beside the 256-row Q tile
     launch = AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages,
                              page_ids_asm=page_ids_asm, overlap_qk=overlap_qk,
                              # A split row of 512 floats per split is too much for one warp's registers.

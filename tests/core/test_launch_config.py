@@ -166,3 +166,35 @@ def test_the_mfma_size_reaches_the_launch_as_an_amd_compile_option(device, monke
     assert triton_backend.Launch(call).constexprs["matrix_instr_nonkdim"] == 16
     monkeypatch.setattr(_runtime, "is_rocm", lambda: False)  # not a ROCm build of torch: never passed
     assert "matrix_instr_nonkdim" not in triton_backend.Launch(call).constexprs
+
+
+@pytest.mark.parametrize("batch,context", [(64, 8192), (16, 16384), (256, 2048), (1, 32768)])
+def test_decode_takes_128_key_tiles_two_deep_on_hopper(device, batch, context):
+    device(**H200)
+    cfg = _dflash(batch, context, q_len=1)
+    assert (cfg.block_q, cfg.block_m, cfg.block_n, cfg.num_stages) == (1, 16, 128, 2)
+    assert _dflash(batch, context, page=1, q_len=1).block_n == 64  # measured at page 16 only
+    assert _dflash(batch, context, q_len=16).block_n == 64  # the DFlash block keeps its tiles
+    device(arch="sm_90", smem=100 * 1024)
+    assert _dflash(batch, context, q_len=1).block_n == 64   # two 128-key stages would not fit
+
+
+@pytest.mark.parametrize("batch,context,q_len,group,rows,stages", [
+    (1, 8192, 8192, 4, 256, 3), (1, 32768, 32768, 4, 256, 3), (4, 4096, 4096, 4, 128, 3),
+    (4, 8192, 2048, 4, 128, 5), (1, 32768, 8192, 4, 256, 3), (1, 4096, 4096, 8, 256, 3),
+    (16, 1024, 1024, 4, 64, 3)])
+def test_long_prefill_takes_taller_tiles_of_8_warps_on_hopper(device, batch, context, q_len, group, rows, stages):
+    device(**H200)
+    cfg = _dflash(batch, context, q_len=q_len, group=group)
+    assert (cfg.block_m, cfg.block_q * group, cfg.num_stages, cfg.num_splits) == (rows, rows, stages, 1)
+    assert cfg.num_warps == (8 if rows >= 128 else 4)
+    device(arch="gfx942")
+    assert _dflash(batch, context, q_len=q_len, group=group).block_m == (128 if group >= 8 else 64)
+
+
+def test_a_mixed_step_keeps_its_decodes_out_of_tall_tiles(device):
+    device(**H200)
+    one_chunk_and_decodes = launch_config.choose(
+        num_tokens=8192 + 63, num_seqs=64, num_kv_heads=8, group=4, head_dim=128, kv_capacity=16384,
+        max_query_len=8192, num_splits=None, device_index=0, page_size=16)
+    assert one_chunk_and_decodes.block_m == 64
