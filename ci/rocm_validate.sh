@@ -163,6 +163,13 @@ step "kernel tests (native)" "$OUT/tests-core.log" env -u TRITON_INTERPRET "$PYT
 step "GPU suite (bf16, graph capture/replay, large shapes)" "$OUT/tests-gpu.log" \
     env -u TRITON_INTERPRET "$PYTHON" -m pytest tests/gpu -q
 step "kernel benchmark" "$OUT/bench.log" dflash-rocm bench
+# The target's other calls (prefill, chunked prefill, decode; q16 with GQA-8 heads) beside torch SDPA
+# on this GPU (its flash backend; cuDNN, an NVIDIA backend, reports itself failed here).
+for workload in prefill chunked decode gqa8; do
+    step "kernel benchmark, $workload" "$OUT/bench-$workload.log" \
+        dflash-rocm bench --workload "$workload" --peers benchmarks/.peers --peer-names sdpa_flash,sdpa_cudnn \
+        --json "$OUT/bench-$workload.json"
+done
 step "kernel benchmark, fp8 caches in this GPU's format" "$OUT/bench-fp8.log" \
     dflash-rocm bench --kv fp8 --pages 16 --json "$OUT/bench-fp8.json"
 # The opt-in fp8 launches (benchmarks/NOTES.md): fp8 MFMA dots for both products, for P V alone, and P V

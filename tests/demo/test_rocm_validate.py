@@ -1,5 +1,5 @@
 """ci/rocm_validate.sh passes shellcheck, and --dry-run prints the exact commands it would run
-(doctor, native kernel tests, the GPU suite, bench over bf16 and fp8 caches with each opt-in fp8 launch, the launch sweep, the launch tuner writing the GPU's
+(doctor, native kernel tests, the GPU suite, bench over bf16 and fp8 caches and the target's prefill/decode calls with each opt-in fp8 launch, the launch sweep, the launch tuner writing the GPU's
 tuned file into the output directory and the bench again with it in force, demo; with model paths, vLLM and SGLang servers with DFlash on
 rocm_dflash, on the default backend, and without speculation, benchmarked at concurrency 1 and 32)."""
 
@@ -49,6 +49,8 @@ def test_dry_run_without_models():
     out = _dry()
     for cmd in ("+ dflash-rocm doctor", "pytest tests/core", "pytest tests/gpu", "+ dflash-rocm bench",
                 "+ dflash-rocm demo --json", "benchmarks/sweep.py", "+ dflash-rocm bench --kv fp8 --pages 16",
+                "+ dflash-rocm bench --workload prefill --peers benchmarks/.peers --peer-names sdpa_flash",
+                "+ dflash-rocm bench --workload gqa8",
                 "--force fp8_dots=qk_pv --tolerance 0.06", "tests/gpu/test_fp8_opt_in_launches.py"):
         assert cmd in out
     assert "env -u TRITON_INTERPRET" in out  # the kernel tests run natively
