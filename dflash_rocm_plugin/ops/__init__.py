@@ -40,6 +40,7 @@ from dflash_rocm_plugin.ops.tuned import only as tuned_sources
 from dflash_rocm_plugin.ops.tuned import read as read_tuned_file
 from dflash_rocm_plugin.ops.tuned import user_path as tuned_user_path
 from dflash_rocm_plugin.ops.tuned_file import LAUNCH_FIELDS as TUNED_LAUNCH_FIELDS
+from dflash_rocm_plugin.ops.tuned_file import OPTIONAL_LAUNCH_FIELDS as TUNED_OPTIONAL_LAUNCH_FIELDS
 from dflash_rocm_plugin.ops.tuned_file import bucket as tuned_bucket
 from dflash_rocm_plugin.ops.support import (
     DTYPES,
@@ -63,6 +64,6 @@ __all__ = [
     "describe_launch", "LaunchDescription", "AttentionLaunch", "forced_launch", "workspace_floats",
     "kernel_paths", "AiterUnavailable",
     "tuned_configs", "tuned_sources", "tuned_bucket", "tuned_document", "read_tuned_file", "tuned_user_path",
-    "TUNED_CONFIGS_ENV", "TUNED_LAUNCH_FIELDS",
+    "TUNED_CONFIGS_ENV", "TUNED_LAUNCH_FIELDS", "TUNED_OPTIONAL_LAUNCH_FIELDS",
 ]
 

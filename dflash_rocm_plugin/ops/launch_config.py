@@ -222,9 +222,12 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
                              num_seqs=num_seqs, max_query_len=max_query_len, kv_keys=kv_capacity,
                              page_size=page_size)
         if entry is not None and entry.launch is not None:
-            launch = _tuned_launch(launch, entry.launch, arch, splits_free=short_queries and not explicit_splits)
+            launch = _tuned_launch(launch, entry.launch, arch, splits_free=short_queries and not explicit_splits,
+                                   rows_free=not short_queries, group=group, max_query_len=max_query_len)
     if _forced:
         launch = dataclasses.replace(launch, **_forced)
+        if "block_q" in _forced and "block_m" not in _forced:
+            launch = _with_block_q(launch, _forced["block_q"], group, None)
     if "mfma_nonkdim" not in _forced:
         native_fp8 = kv_cache_dtype is not None and kv_cache_dtype == support.native_fp8_dtype(arch)
         launch = dataclasses.replace(launch, mfma_nonkdim=_mfma_nonkdim(arch, launch.block_m, launch.num_warps,
@@ -250,12 +253,25 @@ def _mfma_nonkdim(arch: str, block_m: int, num_warps: int, native_fp8: bool = Fa
     return 16
 
 
-def _tuned_launch(launch: AttentionLaunch, fields: dict, arch: str, splits_free: bool) -> AttentionLaunch:
+def _tuned_launch(launch: AttentionLaunch, fields: dict, arch: str, splits_free: bool, rows_free: bool = False,
+                  group: int = 1, max_query_len: int | None = None) -> AttentionLaunch:
     """A tuned entry's fields over the rules' launch.  Its KV splits apply only where the rules
     could split too (every sequence in one query tile, no count forced), so the workspace bound
-    keeps its shape; inline PTX page ids only where they compile (NVIDIA, not interpreted)."""
+    keeps its shape; its query rows only where no sequence fits one tile (those never split);
+    inline PTX page ids only where they compile (NVIDIA, not interpreted)."""
     fields = dict(fields)
+    block_q = fields.pop("block_q", None)
     if not splits_free:
         fields["num_splits"] = launch.num_splits
     fields["page_ids_asm"] = fields["page_ids_asm"] and arch.startswith("sm_") and not _runtime.interpreting()
-    return dataclasses.replace(launch, **fields)
+    launch = dataclasses.replace(launch, **fields)
+    if block_q is not None and rows_free:
+        launch = _with_block_q(launch, block_q, group, max_query_len)
+    return launch
+
+
+def _with_block_q(launch: AttentionLaunch, block_q: int, group: int, max_query_len: int | None) -> AttentionLaunch:
+    """``launch`` with tiles of ``block_q`` queries (no more than a sequence has) and their rows."""
+    if max_query_len is not None:
+        block_q = min(block_q, _runtime.next_power_of_2(max(1, max_query_len)))
+    return dataclasses.replace(launch, block_q=block_q, block_m=max(16, _runtime.next_power_of_2(block_q * group)))

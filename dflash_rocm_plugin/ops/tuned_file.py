@@ -9,7 +9,9 @@
 
 An entry is a shape bucket (``bucket``: query rows, sequences, keys and page size, each rounded
 up to a power of two, pages capped at 16) of one head layout, dtype, cache dtype and causality.
-``launch`` replaces every tunable field of the Triton launch; ``backend`` says which kernel the
+``launch`` replaces every tunable field of the Triton launch (``block_q``, the query rows of a tile
+per KV head, only in entries of calls whose queries span several tiles: prefill, chunked prefill);
+``backend`` says which kernel the
 ``auto`` policy runs there.  Everything is checked on reading: a file made by another plugin
 version or format, for another architecture, or holding a field or value this version does not
 know is rejected whole (``ValueError`` with the reason), never half-applied.
@@ -25,9 +27,11 @@ import torch
 from dflash_rocm_plugin.ops.workspace import MAX_SPLITS
 
 FORMAT = 1
-# The AttentionLaunch fields a tuned entry sets; the rest (tile rows, padding, offsets, merge
-# warps) stay the chooser's, so the workspace bound and the grid keep their shape rules.
+# The AttentionLaunch fields a tuned entry sets; the rest (padding, offsets, merge warps) stay the
+# chooser's, so the workspace bound and the grid keep their shape rules.  ``block_q`` may be set
+# too, and applies only where no call of the bucket fits one query tile (those alone split the keys).
 LAUNCH_FIELDS = ("block_n", "num_warps", "num_stages", "num_splits", "page_ids_asm", "overlap_qk")
+OPTIONAL_LAUNCH_FIELDS = ("block_q",)
 BACKENDS = ("triton", "aiter")
 DTYPES = ("float16", "bfloat16", "float32")
 KV_CACHE_DTYPES = DTYPES + ("float8_e4m3fn", "float8_e4m3fnuz")
@@ -77,15 +81,17 @@ def _is_p2(x, hi: float = math.inf) -> bool:
 def _launch_problem(launch) -> str | None:
     if not isinstance(launch, dict):
         return "launch is not an object"
-    if set(launch) != set(LAUNCH_FIELDS):
-        unknown, missing = sorted(set(launch) - set(LAUNCH_FIELDS)), sorted(set(LAUNCH_FIELDS) - set(launch))
+    known = set(LAUNCH_FIELDS) | set(OPTIONAL_LAUNCH_FIELDS)
+    if not set(LAUNCH_FIELDS) <= set(launch) <= known:
+        unknown, missing = sorted(set(launch) - known), sorted(set(LAUNCH_FIELDS) - set(launch))
         return f"launch fields: unknown {unknown}, missing {missing}"
     checks = {"block_n": _is_p2(launch["block_n"], 256) and launch["block_n"] >= 16,
               "num_warps": launch["num_warps"] in (1, 2, 4, 8, 16) and type(launch["num_warps"]) is int,
               "num_stages": _is_int(launch["num_stages"], 1, 8),
               "num_splits": _is_int(launch["num_splits"], 1, MAX_SPLITS),
               "page_ids_asm": type(launch["page_ids_asm"]) is bool,
-              "overlap_qk": type(launch["overlap_qk"]) is bool}
+              "overlap_qk": type(launch["overlap_qk"]) is bool,
+              **({"block_q": _is_p2(launch["block_q"], 256)} if "block_q" in launch else {})}
     bad = [f"{k}={launch[k]!r}" for k, ok in checks.items() if not ok]
     return f"launch values out of range: {', '.join(bad)}" if bad else None
 

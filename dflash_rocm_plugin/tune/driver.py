@@ -34,7 +34,8 @@ def expected_candidates(shapes, arch: str, dtype, space: space_mod.Space | None 
                                    causal=shape.causal, dtype=dtype, max_query_len=shape.q_len, backend="triton")
         can_split = shape.q_len <= plan.launch.block_q
         extra = 2 if arch.startswith("gfx") and not shape.causal and shape.kv == "bf16" else 0  # AITER, Triton
-        counts.append(space_mod.candidate_count(space, can_split, shape.context, plan.launch.block_n) + extra)
+        counts.append(space_mod.candidate_count(space, can_split, shape.context, plan.launch.block_n,
+                                                group=hq // hkv, q_len=shape.q_len) + extra)
     return counts
 
 

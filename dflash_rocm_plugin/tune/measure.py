@@ -61,13 +61,17 @@ def gpu_timer(calls: list, candidate: Candidate) -> Timing:
     return Timing(graph_us=timing.graph_us(calls, target_ms=3.0, reps=10), flushed_us=timing.flushed_us(calls))
 
 
-def fields_of(launch) -> tuple:
-    return tuple((name, getattr(launch, name)) for name in ops.TUNED_LAUNCH_FIELDS)
+def fields_of(launch, rows: bool = False) -> tuple:
+    """The launch's tuned fields (with its tile's queries, ``block_q``, where ``rows``)."""
+    names = ops.TUNED_LAUNCH_FIELDS + (ops.TUNED_OPTIONAL_LAUNCH_FIELDS if rows else ())
+    return tuple((name, getattr(launch, name)) for name in names)
 
 
 def launch_text(fields: dict) -> str:
-    """``BN64 W4 S3 x2 asm ovl``: tile keys, warps, stages, KV splits, and the flags that are on."""
-    text = f"BN{fields['block_n']} W{fields['num_warps']} S{fields['num_stages']} x{fields['num_splits']}"
+    """``Q32 BN64 W4 S3 x2 asm ovl``: queries per tile (where tuned), tile keys, warps, stages, KV
+    splits, and the flags that are on."""
+    text = f"Q{fields['block_q']} " if "block_q" in fields else ""
+    text += f"BN{fields['block_n']} W{fields['num_warps']} S{fields['num_stages']} x{fields['num_splits']}"
     return text + (" asm" if fields["page_ids_asm"] else "") + (" ovl" if fields["overlap_qk"] else "")
 
 
@@ -131,7 +135,7 @@ class BucketBench:
         with forced:
             plan = self.describe(backend=candidate.backend)
             result.ran = plan.backend if plan.launch is None else \
-                f"{plan.backend} {launch_text(dict(fields_of(plan.launch)))}"
+                f"{plan.backend} {launch_text(dict(fields_of(plan.launch, rows=not self.can_split)))}"
             calls = self._calls(candidate.backend)
             try:
                 for out in self.outs:

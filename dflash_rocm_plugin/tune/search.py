@@ -61,7 +61,8 @@ class _Sweep:
         return result
 
     def triton(self, label: str, fields: dict) -> Measured | None:
-        return self.run(Candidate(label, "triton", tuple((k, fields[k]) for k in ops.TUNED_LAUNCH_FIELDS)))
+        names = ops.TUNED_LAUNCH_FIELDS + tuple(k for k in ops.TUNED_OPTIONAL_LAUNCH_FIELDS if k in fields)
+        return self.run(Candidate(label, "triton", tuple((k, fields[k]) for k in names)))
 
     def best_fields(self, fallback: dict) -> dict:
         best = _fastest(r for (backend, f), r in self.seen.items() if backend == "triton" and f)
@@ -74,6 +75,10 @@ def search(bench: BucketBench, space: space_mod.Space, sweep: _Sweep, start: dic
     counts = space_mod.split_counts(space, keys, block_n) if bench.can_split else []
     for n in counts:
         sweep.triton(f"splits={n}", dict(start, num_splits=n))
+    if "block_q" in start:
+        hq, hkv, _ = bench.shape.heads
+        for block_q, warps in space_mod.row_choices(space, hq // hkv, bench.shape.q_len):
+            sweep.triton(f"rows={block_q * hq // hkv} W={warps}", dict(start, block_q=block_q, num_warps=warps))
     best = sweep.best_fields(start)
     for bn, warps, stages in space.tiles:
         sweep.triton(f"BN={bn} W={warps} S={stages}", dict(best, block_n=bn, num_warps=warps, num_stages=stages))
@@ -122,7 +127,7 @@ def tune_bucket(bench: BucketBench, space: space_mod.Space, *, deadline: float, 
         if not default.ok:
             out.decision = f"failed: the default launch: {default.error}"
             return _finish(out, sweep)
-        start = fields_of(bench.default)
+        start = fields_of(bench.default, rows=not bench.can_split)
         if default_backend == "triton":  # the default launch, forced, is the default itself
             sweep.seen[("triton", start)] = dataclasses.replace(default, candidate=Candidate("default", "triton", start))
         aiter_serves = bench.describe(backend="aiter").backend == "aiter"

@@ -6,9 +6,9 @@ DFlash2 drafts), decode (one query), and, optionally, chunked prefill (2 048-que
 longer cache) and prefill (the whole prompt).  Every shape is measured at the top of its bucket (the
 power-of-two sizes the chooser's lookup rounds up to), so an entry is timed where it is hardest.
 
-The search is coordinate descent from the default launch: KV splits (blocks short enough to split),
-then tile x warps x stages at the best split count, then the two loop flags, then the split counts
-next to the best.  Its length does not depend on what is measured, so ``--dry-run`` counts it.
+The search is coordinate descent from the default launch: KV splits (blocks short enough to split)
+or, for prefill and chunked prefill, the query rows of a tile, then tile x warps x stages at the
+best of those, then the two loop flags, then the split counts next to the best.  Its length does not depend on what is measured, so ``--dry-run`` counts it.
 """
 
 from __future__ import annotations
@@ -62,15 +62,19 @@ class Space:
     tiles: tuple = ()                    # (block_n, num_warps, num_stages)
     page_ids_asm: tuple = (False,)
     overlap_qk: tuple = (False, True)
+    rows: tuple = ()                     # query rows per tile tried where queries span several tiles
 
 
 def space_for(arch: str) -> Space:
     if arch.startswith("sm_"):
         # H200 v1-v4 (benchmarks/NOTES.md): BLOCK_N 32-128, 4/8 warps, 2-5 stages all won somewhere.
-        return Space(tiles=tuple(itertools.product((32, 64, 128), (4, 8), (2, 3, 4, 5))), page_ids_asm=(False, True))
+        # Prefill: 64-256 rows (H200 v7: 256 rows won at 1 x 8K and 1 x 32K, 128 at 4 x 4K).
+        return Space(tiles=tuple(itertools.product((32, 64, 128), (4, 8), (2, 3, 4, 5))), page_ids_asm=(False, True),
+                     rows=(64, 128, 256))
     if arch.startswith("gfx"):
-        # CDNA3/4: 1-3 stages (registers bound occupancy past that), no inline PTX.
-        return Space(tiles=tuple(itertools.product((32, 64, 128), (4, 8), (1, 2, 3))))
+        # CDNA3/4: 1-3 stages (registers bound occupancy past that), no inline PTX; prefill rows as on
+        # Hopper (AMD's own Triton attention kernels run 128-256-row tiles; unmeasured here).
+        return Space(tiles=tuple(itertools.product((32, 64, 128), (4, 8), (1, 2, 3))), rows=(64, 128, 256))
     # The interpreter: a token sweep, for checking the machinery.
     return Space(splits=(1, 2), tiles=((16, 4, 1), (32, 4, 1)), overlap_qk=(False,))
 
@@ -99,7 +103,20 @@ def split_counts(space: Space, kv_keys: int, block_n: int) -> list[int]:
     return [n for n in space.splits if n == 1 or n * block_n <= kv_keys]
 
 
-def candidate_count(space: Space, can_split: bool, kv_keys: int, block_n: int) -> int:
+def row_choices(space: Space, group: int, q_len: int) -> list[tuple[int, int]]:
+    """(block_q, num_warps) of each row count tried: 8 warps from 128 rows, no more queries per tile
+    than a sequence has."""
+    out = []
+    for rows in space.rows:
+        block_q = min(max(1, rows // group), 1 << max(0, q_len - 1).bit_length())
+        choice = (block_q, 8 if block_q * group >= 128 else 4)
+        if choice not in out:
+            out.append(choice)
+    return out
+
+
+def candidate_count(space: Space, can_split: bool, kv_keys: int, block_n: int, group: int = 1,
+                    q_len: int = 1) -> int:
     """How many launches the search times for one bucket (the default excluded)."""
-    splits = len(split_counts(space, kv_keys, block_n)) if can_split else 0
-    return splits + len(space.tiles) + len(space.page_ids_asm) * len(space.overlap_qk) + (2 if can_split else 0)
+    first = len(split_counts(space, kv_keys, block_n)) if can_split else len(row_choices(space, group, q_len))
+    return first + len(space.tiles) + len(space.page_ids_asm) * len(space.overlap_qk) + (2 if can_split else 0)

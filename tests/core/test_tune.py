@@ -281,3 +281,24 @@ def test_where_aiter_serves_the_bucket_the_backend_is_tuned_too(tmp_path, monkey
     plan = ops.describe_launch(num_tokens=32, num_seqs=2, num_q_heads=4, num_kv_heads=2, head_dim=32, page_size=16,
                                kv_capacity=128, max_query_len=16, dtype=torch.float16)
     assert plan.backend == (backend or "aiter")
+
+
+def test_prefill_buckets_sweep_the_query_rows_and_write_the_winner(tmp_path, monkeypatch):
+    monkeypatch.setenv(tuned.ENV, "off")
+    clear_tuned_caches()
+    shapes = space_mod.buckets(["prefill"], HEADS, [16], [(1, 64)])
+    rows = space_mod.Space(splits=(1,), tiles=((16, 4, 1),), overlap_qk=(False,), rows=(16, 32))
+    timer = FakeTimer(lambda c, n: 40.0 if dict(c.fields).get("block_q") == 8 else 100.0)
+    rc, record = tune(tmp_path, shapes, timer, space=rows)
+    (bucket,) = record["buckets"]
+    tried = [t["launch"] for t in bucket["tried"] if t["launch"]]
+    assert {t["block_q"] for t in tried} == {8, 16, 32}       # group 2: 16 and 32 rows, and the default's 64
+    assert all(t["error"] is None for t in bucket["tried"])  # each checked against the reference, and right
+    assert rc == 0 and bucket["decision"] == "tuned" and bucket["entry"]["launch"]["block_q"] == 8
+    assert driver.expected_candidates(shapes, "cpu", torch.float32, rows) == [2 + 1 + 1]
+    monkeypatch.setenv(tuned.ENV, str(tmp_path / "tuned" / "cpu.json"))
+    clear_tuned_caches()
+    got = ops.describe_launch(num_tokens=64, num_seqs=1, num_q_heads=4, num_kv_heads=2, head_dim=32, page_size=16,
+                              kv_capacity=64, max_query_len=64, dtype=torch.float32, causal=True).launch
+    assert (got.block_q, got.block_m) == (8, 16)
+    clear_tuned_caches()

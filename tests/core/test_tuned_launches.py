@@ -144,6 +144,33 @@ def test_tuned_splits_apply_only_where_the_rules_could_split(h200, files):
     assert launch(batch=4, context=4096).num_splits != 16                       # another bucket
 
 
+# ----------------------------------------------------------------------------- query rows
+
+def test_tuned_query_rows_apply_only_where_queries_span_several_tiles(h200, files):
+    tall = dict(FAST, block_q=64, num_warps=8)
+    files("user", doc([entry(q=4096, batch=4, context=4096, causal=True, launch=tall),
+                       entry(q=16, batch=32, context=16384, causal=True, launch=tall)]))
+    prefill = launch(batch=4, context=4096, q_len=4096, causal=True)
+    assert (prefill.block_q, prefill.block_m, prefill.num_warps, prefill.num_splits) == (64, 256, 8, 1)
+    block = launch(causal=True)                               # a q16 bucket: its sequences fit one tile
+    assert (block.block_q, block.block_m, block.num_warps) == (16, 64, 8)
+    short = launch(batch=4, context=4096, q_len=3000, causal=True, num_tokens=4 * 3000)   # same bucket
+    assert (short.block_q, short.block_m) == (64, 256)
+
+
+@pytest.mark.parametrize("block_q", [3, 0, 512, "64", True])
+def test_a_bad_tuned_block_q_rejects_the_file(h200, files, caplog, block_q):
+    files("user", doc([entry(q=4096, batch=4, context=4096, causal=True, launch=dict(FAST, block_q=block_q))]))
+    assert launch(batch=4, context=4096, q_len=4096, causal=True).block_q == 32  # the rules' 128 rows
+    assert any("block_q" in r.getMessage() for r in warnings_from(caplog))
+
+
+def test_forcing_block_q_alone_resizes_the_tile_rows(h200):
+    with ops.forced_launch(block_q=8):
+        cfg = launch(batch=4, context=4096, q_len=4096, causal=True)
+    assert (cfg.block_q, cfg.block_m) == (8, 32)
+
+
 def test_inline_page_ids_are_never_applied_off_nvidia(monkeypatch, files):
     monkeypatch.setattr(_runtime, "gpu_arch", lambda index=None: "gfx942")
     monkeypatch.setattr(_runtime, "multiprocessor_count", lambda index: 304)
