@@ -157,7 +157,7 @@ def run(args, device) -> int:
     layouts = _unique_layouts(models)
     if args.workload != "q16":
         work = shapes_mod.WORKLOADS[args.workload]
-        grid = work.shapes(pages)
+        grid = work.shapes(pages, kv=args.kv, window=args.window, sinks=args.sinks)
         layouts = _unique_layouts([work.model])
         peer_pairs = {(s.batch, s.context) for s in grid}
     else:

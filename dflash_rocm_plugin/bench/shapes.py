@@ -113,8 +113,8 @@ class Workload:
     tflops: float | None = None                            # TFLOP/s needed at every cell
     at_least: dict = dataclasses.field(default_factory=dict)  # peer -> cells (batch, context) not to lose at
 
-    def shapes(self, pages) -> list[Shape]:
-        return [Shape(self.model, mode, b, c, p, c if q is None else q, workload=name_of(self))
+    def shapes(self, pages, kv: str = "bf16", window=None, sinks: bool = False) -> list[Shape]:
+        return [Shape(self.model, mode, b, c, p, c if q is None else q, kv, window, sinks, workload=name_of(self))
                 for mode in self.modes for (b, c, q) in self.cells for p in pages]
 
 

@@ -110,6 +110,8 @@ def test_workloads_are_the_issue_shapes_with_their_goals():
         (4, 8192, 2048), (1, 32768, 8192)}
     assert {s.q_len for s in WORKLOADS["decode"].shapes([16])} == {1}
     assert {s.heads for s in WORKLOADS["gqa8"].shapes([16])} == {(64, 8, 128)}
+    fp8 = WORKLOADS["prefill"].shapes([16], kv="fp8", window=128)
+    assert {(s.kv, s.window) for s in fp8} == {("fp8", 128)} and fp8[0].label.endswith(" fp8 w128 q8192")
 
 
 def test_verdicts_hold_each_workload_to_its_goals():
