@@ -131,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if args.workload != "q16" and (args.shapes or args.targets_only or args.q_len != 16):
+        print(f"--workload {args.workload} runs its own shapes and query lengths; --shapes, --targets-only and "
+              "--q-len go with --workload q16", file=sys.stderr)
+        return 2
     import torch
     if not torch.cuda.is_available():
         print("dflash-rocm bench needs a CUDA or HIP GPU; none is visible", file=sys.stderr)

@@ -47,6 +47,8 @@ def test_bench_force_parses_launch_fields_and_names_a_bad_one():
         with pytest.raises(ValueError, match=says):
             cli._forced_fields(bad)
     assert cli.main(["--force", "bogus=1"]) == 2  # before looking for a GPU
+    for clash in (["--shapes", "1x4K"], ["--q-len", "8"], ["--targets-only"]):
+        assert cli.main(["--workload", "prefill", *clash]) == 2
 
 
 def test_pool_context_spreads_a_short_context_over_a_long_pool():
