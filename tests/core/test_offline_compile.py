@@ -274,3 +274,25 @@ def test_gfx942_key_loops_round_p_without_the_software_conversion(monkeypatch, c
     assert len(loops) == 2, [len(b) for b in loops]  # the unmasked key loop and the masked one
     for body in loops:
         assert "v_cmp_o_f32_e32" not in body and "v_cmp_o_f32_e64" not in body and "v_bfe_u32" not in body
+
+
+def test_the_tuner_s_prefill_row_candidates_compile_for_every_gpu(monkeypatch):
+    """``dflash-rocm tune --prefill`` tries 64-, 128- and 256-row query tiles (8 warps from 128 rows) on
+    the GPU it runs on: each builds there, fits the LDS / shared memory, and the 128-row tile keeps
+    the DFlash tile's register budget on AMD (no spills at the architecture's stages)."""
+    from dflash_rocm_plugin.tune import space as space_mod
+    jobs = []
+    for arch in sorted(DEVICES):
+        base = _launch(monkeypatch, arch, 32, 8, 128, 1, 8192, 16, 8192)
+        for block_q, warps in space_mod.row_choices(space_mod.space_for(arch), 4, 8192):
+            cfg = dataclasses.replace(base, block_q=block_q, block_m=block_q * 4, num_warps=warps)
+            jobs.append(dict(arch=arch, launch=dataclasses.asdict(cfg), shape=dict(
+                num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, causal=True, num_tokens=8192,
+                num_seqs=1, table_width=512)))
+    assert len(jobs) == 3 * len(DEVICES)
+    for job, result in zip(jobs, offline_compile.run(jobs)):
+        arch, rows = job["arch"], job["launch"]["block_m"]
+        assert not isinstance(result, dict), (arch, rows, result.get("error"))
+        assert result[0]["shared"] <= offline_compile.SHARED_LIMIT[arch], (arch, rows, result[0]["shared"])
+        if arch.startswith("gfx") and rows <= 128:
+            assert result[0]["vgpr_spills"] == 0, (arch, rows)
