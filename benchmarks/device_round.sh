@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: variant sweep, split sweep, peer bench (JSON + PNG), GPU tests; logs into $OUT.
-#   bash benchmarks/device_round.sh [sweep-parts] [bench: 1|0] [tests: 1|0]
+#   bash benchmarks/device_round.sh [sweep-parts] [bench: 1|0] [tests: 1|a|b|0]
+# tests: 1 the whole GPU suite (it needs close to a call's 10 minutes), a / b its first / second half.
 # Extra parts, each switched on by its variable (=1):
 #   WINDOW    DFlash2 windows (2048, q 8 and 16) against the same keys without a window over as many pages
 #   FP8       fp8 caches: the default launch, then each opt-in fp8 launch (time and error)
@@ -53,6 +54,15 @@ fi
 if [[ "${HOSTCOST:-0}" == 1 ]]; then
     timeout 120 python3 benchmarks/host_cost.py --json "$OUT/host-cost.json" 2>&1 | tee "$OUT/host-cost.txt"
 fi
-if [[ "$TESTS" == 1 ]]; then
-    timeout 500 python3 -m pytest tests/gpu -q -rs 2>&1 | tail -25 | tee "$OUT/gpu-tests.txt"
+GPU_TESTS_A="tests/gpu/test_direct_launch.py tests/gpu/test_fp8_opt_in_launches.py tests/gpu/test_fp8_sinks_window.py"
+GPU_TESTS_B="tests/gpu/test_graph_replay.py tests/gpu/test_numerics_bf16.py tests/gpu/test_tune_on_gpu.py tests/gpu/test_window_drafts.py"
+case "$TESTS" in
+    1) tests=tests/gpu ;;
+    a) tests=$GPU_TESTS_A ;;
+    b) tests=$GPU_TESTS_B ;;
+    *) tests= ;;
+esac
+if [[ -n "$tests" ]]; then
+    # shellcheck disable=SC2086
+    timeout 560 python3 -m pytest $tests -q -rs 2>&1 | tail -25 | tee "$OUT/gpu-tests-$TESTS.txt"
 fi
