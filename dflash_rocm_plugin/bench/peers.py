@@ -291,16 +291,29 @@ class _Lazy:
 
 
 # ---------------------------------------------------------------------- torch SDPA, dense, unpaged
+def _fold_gqa(case: inputs.Case) -> torch.Tensor:
+    """Q as [B, KV heads, q_len x G, D]: the q_len x G rows of a KV head form one query block over
+    that head's keys (undone by ``_unfold_gqa``)."""
+    s = case.shape
+    hq, hkv, d = s.heads
+    return case.q.view(s.batch, s.q_len, hkv, hq // hkv, d).permute(0, 2, 1, 3, 4).reshape(
+        s.batch, hkv, s.q_len * (hq // hkv), d)
+
+
+def _unfold_gqa(case: inputs.Case, o: torch.Tensor) -> torch.Tensor:
+    s = case.shape
+    hq, hkv, d = s.heads
+    return o.view(s.batch, hkv, s.q_len, hq // hkv, d).permute(0, 2, 1, 3, 4).reshape(s.batch * s.q_len, hq, d)
+
+
 def torch_sdpa(root: pathlib.Path):
     import torch.nn.functional as F
 
     def prepare(case: inputs.Case):
         s = case.shape
-        hq, hkv, d = s.heads
-        g = hq // hkv
+        g = s.heads[0] // s.heads[1]
         dense = [inputs.dense_kv(case, i) for i in range(case.copies)]
-        # GQA folded: the q_len x G rows of a KV head form one query block over that head's keys.
-        qf = case.q.view(s.batch, s.q_len, hkv, g, d).permute(0, 2, 1, 3, 4).reshape(s.batch, hkv, s.q_len * g, d)
+        qf = _fold_gqa(case)
         mask = None
         if s.causal:
             pos = s.context - s.q_len + torch.arange(s.q_len, device=qf.device).repeat_interleave(g)
@@ -313,13 +326,10 @@ def torch_sdpa(root: pathlib.Path):
                                                          scale=case.scale)
             return run
 
-        def unfold():
-            o = outs[0].view(s.batch, hkv, s.q_len, g, d).permute(0, 2, 1, 3, 4)
-            return o.reshape(s.batch * s.q_len, hq, d)
         calls = [call(i) for i in range(case.copies)]
         calls[0]()
         lazy = _Lazy(outs)
-        lazy.get = unfold
+        lazy.get = lambda: _unfold_gqa(case, outs[0])
         return calls, lazy
     return prepare
 
@@ -344,9 +354,7 @@ def sdpa_pinned(backend_name: str):
             dense = [inputs.dense_kv(case, i) for i in range(case.copies)]
             folded = not s.causal or s.q_len == 1
             if folded:
-                q = case.q.view(s.batch, s.q_len, hkv, g, d).permute(0, 2, 1, 3, 4).reshape(
-                    s.batch, hkv, s.q_len * g, d)
-                extra = {}
+                q, extra = _fold_gqa(case), {}
             else:
                 q = case.q.view(s.batch, s.q_len, hq, d).transpose(1, 2).contiguous()
                 extra = ({"is_causal": True} if s.q_len == s.context
@@ -363,10 +371,8 @@ def sdpa_pinned(backend_name: str):
 
             def unfold():
                 if folded:
-                    o = outs[0].view(s.batch, hkv, s.q_len, g, d).permute(0, 2, 1, 3, 4)
-                else:
-                    o = outs[0].transpose(1, 2)
-                return o.reshape(s.batch * s.q_len, hq, d)
+                    return _unfold_gqa(case, outs[0])
+                return outs[0].transpose(1, 2).reshape(s.batch * s.q_len, hq, d)
             calls = [call(i) for i in range(case.copies)]
             try:
                 calls[0]()

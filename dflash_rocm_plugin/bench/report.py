@@ -31,7 +31,7 @@ def table(rows: list[dict], ceiling: float) -> str:
         t = f"{r['time_us']:9.1f}" if r.get("time_us") else f"{'-':>9}"
         e = f"{r['eager_us']:9.1f}" if r.get("eager_us") else f"{'-':>9}"
         f = f"{r['flushed_us']:9.1f}" if r.get("flushed_us") else f"{'-':>9}"
-        fbw = f"{r['kv_bytes'] / (r['flushed_us'] * 1e-6) / 1e12:6.2f}" if r.get("flushed_us") else f"{'-':>6}"
+        fbw = f"{r['flushed_tbs']:6.2f}" if r.get("flushed_tbs") else f"{'-':>6}"
         bw = f"{r['tbs']:6.2f}" if r.get("tbs") else f"{'-':>6}"
         pc = f"{100 * r['frac_ceiling']:5.1f}%" if r.get("frac_ceiling") else f"{'-':>6}"
         tf = f"{r['tflops']:7.1f}" if r.get("tflops") else f"{'-':>7}"

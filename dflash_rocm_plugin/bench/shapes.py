@@ -105,6 +105,7 @@ def grid(models, modes, pairs, pages, q_len=16, kv="bf16", window=None, sinks=Fa
 class Workload:
     """The other attention calls ``--attention-backend rocm_dflash`` puts on the plugin (the target's
     prefill, chunked prefill and decode; the q16 block of GQA-8 heads), with the goals they are held to."""
+    name: str
     about: str
     model: str
     modes: tuple
@@ -114,28 +115,25 @@ class Workload:
     at_least: dict = dataclasses.field(default_factory=dict)  # peer -> cells (batch, context) not to lose at
 
     def shapes(self, pages, kv: str = "bf16", window=None, sinks: bool = False) -> list[Shape]:
-        return [Shape(self.model, mode, b, c, p, c if q is None else q, kv, window, sinks, workload=name_of(self))
+        return [Shape(self.model, mode, b, c, p, c if q is None else q, kv, window, sinks, workload=self.name)
                 for mode in self.modes for (b, c, q) in self.cells for p in pages]
 
 
 K = 1024
-WORKLOADS = {
-    "prefill": Workload("prefill, no prefix (q = context), causal", "qwen3-8b", ("verify",),
-                        ((1, 8 * K, None), (4, 4 * K, None), (16, K, None), (1, 32 * K, None)),
-                        at_least={"sdpa_cudnn": ((1, 8 * K), (4, 4 * K), (1, 32 * K)),
-                                  "sdpa_flash": ((1, 8 * K), (4, 4 * K), (16, K), (1, 32 * K))}),
-    "chunked": Workload("chunked prefill: 2K new over 6K cached, 8K new over 24K, causal", "qwen3-8b",
-                        ("verify",), ((4, 8 * K, 2 * K), (1, 32 * K, 8 * K)), tflops=500.0),
-    "decode": Workload("plain decode, one query per sequence", "qwen3-8b", ("verify",),
-                       ((64, 8 * K, 1), (16, 16 * K, 1), (256, 2 * K, 1), (1, 32 * K, 1)),
-                       tbs={(64, 8 * K): 4.2, (16, 16 * K): 4.2, (1, 32 * K): 2.8}),
-    "gqa8": Workload("the q16 block with Qwen3-32B heads (GQA 8)", "qwen3-32b", ("draft", "verify"),
-                     ((32, 16 * K, 16), (8, 4 * K, 16), (1, 32 * K, 16)),
-                     tbs={(32, 16 * K): 3.8, (8, 4 * K): 2.8, (1, 32 * K): 2.5}),
-}
+WORKLOADS = {w.name: w for w in (
+    Workload("prefill", "prefill, no prefix (q = context), causal", "qwen3-8b", ("verify",),
+             ((1, 8 * K, None), (4, 4 * K, None), (16, K, None), (1, 32 * K, None)),
+             at_least={"sdpa_cudnn": ((1, 8 * K), (4, 4 * K), (1, 32 * K)),
+                       "sdpa_flash": ((1, 8 * K), (4, 4 * K), (16, K), (1, 32 * K))}),
+    Workload("chunked", "chunked prefill: 2K new over 6K cached, 8K new over 24K, causal", "qwen3-8b",
+             ("verify",), ((4, 8 * K, 2 * K), (1, 32 * K, 8 * K)), tflops=500.0),
+    Workload("decode", "plain decode, one query per sequence", "qwen3-8b", ("verify",),
+             ((64, 8 * K, 1), (16, 16 * K, 1), (256, 2 * K, 1), (1, 32 * K, 1)),
+             tbs={(64, 8 * K): 4.2, (16, 16 * K): 4.2, (1, 32 * K): 2.8}),
+    Workload("gqa8", "the q16 block with Qwen3-32B heads (GQA 8)", "qwen3-32b", ("draft", "verify"),
+             ((32, 16 * K, 16), (8, 4 * K, 16), (1, 32 * K, 16)),
+             tbs={(32, 16 * K): 3.8, (8, 4 * K): 2.8, (1, 32 * K): 2.5}),
+)}
 # The q16 block of Qwen3-8B heads timed as one call after an L2 flush (what a layer pays).
 ONE_CALL_TBS = {(8, 4 * K): 2.8, (1, 4 * K): 1.0}
 
-
-def name_of(workload: Workload) -> str:
-    return next(n for n, w in WORKLOADS.items() if w is workload)

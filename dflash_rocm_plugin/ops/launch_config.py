@@ -156,10 +156,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
         mean_rows = min(num_tokens // num_seqs, max_query_len or num_tokens) * group
         prefill_rows = 256 if mean_rows >= 32768 else (128 if mean_rows >= 8192 else 0)
         rows = max(rows, prefill_rows)
-    block_q = max(1, rows // group)
-    if max_query_len is not None:
-        block_q = min(block_q, _runtime.next_power_of_2(max(1, max_query_len)))
-    block_m = max(16, _runtime.next_power_of_2(block_q * group))
+    block_q, block_m = _tile_rows(max(1, rows // group), group, max_query_len)
     if window is not None:
         kv_capacity = min(kv_capacity, window + block_q - 1)
     block_n, num_warps, num_stages = _arch_defaults(arch, head_dim_pad, block_m)
@@ -270,8 +267,15 @@ def _tuned_launch(launch: AttentionLaunch, fields: dict, arch: str, splits_free:
     return launch
 
 
-def _with_block_q(launch: AttentionLaunch, block_q: int, group: int, max_query_len: int | None) -> AttentionLaunch:
-    """``launch`` with tiles of ``block_q`` queries (no more than a sequence has) and their rows."""
+def _tile_rows(block_q: int, group: int, max_query_len: int | None) -> tuple[int, int]:
+    """(queries, rows) of a tile of ``block_q`` queries: no more queries than a sequence has, and
+    their GQA group's rows padded to a power of two (16 at least, the dots' smallest)."""
     if max_query_len is not None:
         block_q = min(block_q, _runtime.next_power_of_2(max(1, max_query_len)))
-    return dataclasses.replace(launch, block_q=block_q, block_m=max(16, _runtime.next_power_of_2(block_q * group)))
+    return block_q, max(16, _runtime.next_power_of_2(block_q * group))
+
+
+def _with_block_q(launch: AttentionLaunch, block_q: int, group: int, max_query_len: int | None) -> AttentionLaunch:
+    """``launch`` with tiles of ``block_q`` queries and their rows."""
+    block_q, block_m = _tile_rows(block_q, group, max_query_len)
+    return dataclasses.replace(launch, block_q=block_q, block_m=block_m)

@@ -9,10 +9,9 @@
 
 An entry is a shape bucket (``bucket``: query rows, sequences, keys and page size, each rounded
 up to a power of two, pages capped at 16) of one head layout, dtype, cache dtype and causality.
-``launch`` replaces every tunable field of the Triton launch (``block_q``, the query rows of a tile
-per KV head, only in entries of calls whose queries span several tiles: prefill, chunked prefill);
-``backend`` says which kernel the
-``auto`` policy runs there.  Everything is checked on reading: a file made by another plugin
+``launch`` replaces every tunable field of the Triton launch (``block_q``, the queries of a tile,
+only in entries of calls whose queries span several tiles: prefill, chunked prefill); ``backend``
+says which kernel the ``auto`` policy runs there.  Everything is checked on reading: a file made by another plugin
 version or format, for another architecture, or holding a field or value this version does not
 know is rejected whole (``ValueError`` with the reason), never half-applied.
 """

@@ -8,7 +8,8 @@ power-of-two sizes the chooser's lookup rounds up to), so an entry is timed wher
 
 The search is coordinate descent from the default launch: KV splits (blocks short enough to split)
 or, for prefill and chunked prefill, the query rows of a tile, then tile x warps x stages at the
-best of those, then the two loop flags, then the split counts next to the best.  Its length does not depend on what is measured, so ``--dry-run`` counts it.
+best of those, then the two loop flags, then the split counts next to the best.  Its length does
+not depend on what is measured, so ``--dry-run`` counts it.
 """
 
 from __future__ import annotations
