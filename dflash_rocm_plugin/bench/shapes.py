@@ -17,6 +17,9 @@ MODELS = {
     "qwen3-30b-a3b": (32, 4, 128),
     # gpt-oss-120b / -20b: 64 q / 8 kv heads of 64; sinks, window 128 on alternate layers.
     "gpt-oss-120b": (64, 8, 64),
+    # Gemma-4 26B-A4B: global layers 16 q / 2 kv heads of 512; sliding-window layers 16 q / 8 kv of 256.
+    "gemma-4-global": (16, 2, 512),
+    "gemma-4-sliding": (16, 8, 256),
 }
 # Cache element types: bytes per element (fp8: the GPU's own format, with per-tensor scales).
 KV_BYTES = {"bf16": 2, "fp8": 1}

@@ -296,3 +296,44 @@ def test_the_tuner_s_prefill_row_candidates_compile_for_every_gpu(monkeypatch):
         assert result[0]["shared"] <= offline_compile.SHARED_LIMIT[arch], (arch, rows, result[0]["shared"])
         if arch.startswith("gfx") and rows <= 128:
             assert result[0]["vgpr_spills"] == 0, (arch, rows)
+
+
+def _release_sequence(arch: str, asm: str) -> list[str]:
+    """The fused merge's synchronisation instructions, in program order, from the counter's
+    atomic back to the previous global store."""
+    if arch.startswith("gfx"):
+        pattern = r"^\s*(global_store\w*|s_waitcnt vmcnt\(0\)|s_barrier|buffer_wbl2[ \w]*|global_atomic_add\w*|buffer_inv[ \w]*)"
+    else:
+        pattern = r"^\s*(?:@%p\d+\s+)?(st\.global\S*|bar\.sync|atom\.global\S*)"
+    ops_ = [m.group(1).strip() for m in re.finditer(pattern, asm, re.M)]
+    atomic = next(i for i, op in enumerate(ops_) if op.startswith(("global_atomic_add", "atom.global")))
+    store = max(i for i, op in enumerate(ops_[:atomic]) if op.startswith(("global_store", "st.global")))
+    return ops_[store:atomic + 3]
+
+
+@pytest.mark.parametrize("arch", sorted(DEVICES))
+def test_fused_merge_orders_every_warp_s_partials_before_the_counter(monkeypatch, arch):
+    """The split that counts itself last reads the other programs' partials, so each program's
+    stores must all be visible before its count.  NVIDIA: a CTA barrier, then one thread's
+    acquire-release atomic at GPU scope (cumulative).  AMD: each wave waits for its own stores
+    before the barrier (an AMD release covers only its own wave's), then the atomic writes the L2
+    back for the other XCDs and invalidates after.  The launch builds and fits on every GPU."""
+    cfg = dataclasses.replace(_launch(monkeypatch, arch, 32, 8, 128, 8, 4096, 16), fused_merge=True)
+    assert cfg.num_splits > 1
+    shape = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, causal=True, num_tokens=128,
+                 num_seqs=8, table_width=256)
+    job = dict(launch=dataclasses.asdict(cfg), shape=shape, arch=arch)
+    [built, asm] = offline_compile.run([job, dict(job, kernel="attention_asm")])
+    assert not isinstance(built, dict), built.get("error")
+    assert len(built) == 1  # no merge kernel
+    assert built[0]["shared"] <= offline_compile.SHARED_LIMIT[arch]
+    seq = _release_sequence(arch, asm["asm"])
+    if arch.startswith("gfx"):
+        wait = seq.index("s_waitcnt vmcnt(0)")
+        barrier = seq.index("s_barrier", wait)
+        atomic = next(i for i, op in enumerate(seq) if op.startswith("global_atomic_add"))
+        assert wait < barrier < atomic, seq
+        assert seq[atomic - 2].startswith("buffer_wbl2") and seq[atomic + 2].startswith("buffer_inv"), seq
+    else:
+        atomic = next(i for i, op in enumerate(seq) if op.startswith("atom.global"))
+        assert "bar.sync" in seq[:atomic] and seq[atomic].startswith("atom.global.gpu.acq_rel"), seq
