@@ -9,8 +9,7 @@ Grid: (query tiles, KV heads, KV splits).  The number of query tiles comes
 from an upper bound (``num_tokens // BLOCK_Q + num_seqs``) so the launch never
 needs the host to read device values; surplus programs exit at once.  With
 more than one split each program covers a slice of the key range and writes a
-partial result plus its log-sum-exp; the tile's last split to finish combines them
-(FUSED_MERGE, counted in a per-tile counter), or ``merge_splits_kernel`` does, launched after.
+partial result plus its log-sum-exp; ``merge_splits_kernel`` combines them.
 
 Masking, with ``p`` the absolute position of a query row
 (``seq_len - q_len + row``):
@@ -26,7 +25,6 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
   * fp8 caches (e4m3fn, e4m3fnuz) with per-tensor or per-KV-head scales: ``k_scale`` is folded
     into the softmax scale and ``v_scale`` applied to the finished row (one program serves one
     KV head, so both are scalars here).  Tiles are converted to the dot dtype after loading.
-  * FUSED_MERGE (1; 2 on AMD): split-KV programs merge in this launch (``_merge_arrived``).
   * UPCAST_DOTS: dots in fp32 (the Triton interpreter's bf16 dots are wrong).
   * FP16_DOTS: dots in fp16 for fp8 caches under bf16 queries (see the kernel).
   * FP8_DOTS (1: e4m3fn, 2: e4m3fnuz; opt-in launch field ``fp8_dots``): P V of an fp8 cache
@@ -299,7 +297,7 @@ def _attend_full_tiles_overlapped(
 def paged_attention_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
     block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
-    partial_out_ptr, partial_lse_ptr, merge_counters_ptr,
+    partial_out_ptr, partial_lse_ptr,
     sinks_ptr, k_scale_ptr, v_scale_ptr, k_scale_stride, v_scale_stride,
     scale, softcap, window, num_seqs,
     stride_qt, stride_qh, stride_qd,
@@ -313,7 +311,7 @@ def paged_attention_kernel(
     GQA: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
     CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, FUSED_MERGE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr, OVERLAP_QK: tl.constexpr,
     USE_SINKS: tl.constexpr, USE_K_SCALE: tl.constexpr, USE_V_SCALE: tl.constexpr,
     SOFT_FP8: tl.constexpr, UPCAST_DOTS: tl.constexpr, FP16_DOTS: tl.constexpr, FP8_DOTS: tl.constexpr,
@@ -472,53 +470,6 @@ def paged_attention_kernel(
         tl.store(po, acc, mask=store_mask)
         pl = partial_lse_ptr + split * stride_pls + tok * stride_plt + head
         tl.store(pl, lse, mask=row_ok)
-        if FUSED_MERGE:
-            # The split that arrives last merges them all (see ``_merge_arrived``).  The barrier
-            # puts every warp's partial stores before the counter's release, which one thread
-            # makes: on NVIDIA a release is cumulative over what the barrier ordered before it.  On
-            # AMD it waits only for its own wave's stores (then writes the L2 back for the other
-            # XCDs), so each wave first waits for its own (FUSED_MERGE == 2).
-            if FUSED_MERGE == 2:
-                tl.inline_asm_elementwise("s_waitcnt vmcnt(0)\n v_mov_b32 $0, $1", "=v,v", [lse],
-                                          dtype=tl.float32, is_pure=False, pack=1)
-            tl.debug_barrier()
-            counter = merge_counters_ptr + tile * tl.num_programs(1) + kv_head
-            if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == NUM_SPLITS - 1:
-                _merge_arrived(out_ptr, partial_out_ptr, partial_lse_ptr, tok, head, dims, row_ok, store_mask,
-                               stride_ot, stride_oh, stride_od, stride_pos, stride_pot, stride_poh,
-                               stride_pls, stride_plt, BLOCK_M, HEAD_DIM_PAD, NUM_SPLITS)
-                tl.store(counter, 0)  # zero again for the next call, or the next replay of a graph
-
-
-@triton.jit
-def _merge_arrived(out_ptr, partial_out_ptr, partial_lse_ptr, tok, head, dims, row_ok, store_mask,
-                   stride_ot, stride_oh, stride_od, stride_pos, stride_pot, stride_poh, stride_pls, stride_plt,
-                   BLOCK_M: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr):
-    """FUSED_MERGE: the split merge of one tile's rows, run by the program that counted itself the
-    last of the tile's NUM_SPLITS, after the counter's acquire.
-
-    One launch instead of two: a host running attention eagerly pays one launch per layer, and a
-    graph one node.  The counters are zero before the launch (``ops/workspace.py``); the merging
-    program sets its own back to zero.
-    """
-    m_run = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    w_sum = tl.zeros([BLOCK_M], tl.float32)
-    o = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
-    for s in range(0, NUM_SPLITS):
-        lse = tl.load(partial_lse_ptr + s * stride_pls + tok * stride_plt + head, mask=row_ok,
-                      other=float("-inf"))
-        part = tl.load(partial_out_ptr + s * stride_pos + tok[:, None] * stride_pot + head[:, None] * stride_poh
-                       + dims[None, :], mask=store_mask, other=0.0)
-        m_new = tl.maximum(m_run, lse)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no split has keys yet
-        alpha = tl.math.exp2(m_run - m_safe)
-        w = tl.math.exp2(lse - m_safe)
-        o = o * alpha[:, None] + part * w[:, None]
-        w_sum = w_sum * alpha + w
-        m_run = m_new
-    o = o / tl.where(w_sum > 0.0, w_sum, 1.0)[:, None]
-    o_ptrs = out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :] * stride_od
-    tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=store_mask)
 
 
 @triton.jit

@@ -66,9 +66,6 @@ class AttentionLaunch:
     # P V computed transposed (O^T = V^T P^T; kernels/paged_attention.py, PV_T): V then enters the
     # dot from registers, as Hopper's fp8 dots need for V (see the kernel).  Forced only.
     pv_transposed: bool = False
-    # Split-KV: the last split of each tile merges the others in the same launch (FUSED_MERGE),
-    # counted by an acquire-release atomic, instead of a second launch.  ``choose`` says where.
-    fused_merge: bool = False
 
 
 FP8_DOTS_MODES = ("none", "pv", "qk_pv")
@@ -215,8 +212,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     launch = AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages,
                              page_ids_asm=page_ids_asm, overlap_qk=overlap_qk,
                              # A split row of 512 floats per split is too much for one warp's registers.
-                             merge_warps=4 if head_dim_pad > 256 else 1,
-                             fused_merge=num_splits > 1 and _fuses_merge(arch))
+                             merge_warps=4 if head_dim_pad > 256 else 1)
     if dtype is not None and causal is not None:
         entry = tuned.lookup(arch, heads=(group * num_kv_heads, num_kv_heads, head_dim), dtype=dtype,
                              kv_cache_dtype=kv_cache_dtype, causal=causal, num_tokens=num_tokens,
@@ -234,15 +230,6 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
         launch = dataclasses.replace(launch, mfma_nonkdim=_mfma_nonkdim(arch, launch.block_m, launch.num_warps,
                                                                         native_fp8))
     return launch
-
-
-def _fuses_merge(arch: str) -> bool:
-    """Where split-KV launches merge in the attention launch itself.  NVIDIA (run on the H200:
-    tests/gpu, graph replay bitwise) and the interpreter.  AMD keeps the second launch until
-    ``ci/rocm_validate.sh`` has compared the two on the GPUs: the counter's release and acquire
-    compile to the cache write-back and invalidate its memory model prescribes (offline, gfx942 and
-    gfx950), but a merge that read a stale partial would change the target's output."""
-    return arch.startswith("sm_") or arch == "cpu"
 
 
 def _mfma_nonkdim(arch: str, block_m: int, num_warps: int, native_fp8: bool = False) -> int:

@@ -117,7 +117,7 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
         q_ptr=f"*{dtype}", k_cache_ptr=f"*{cache_type}", v_cache_ptr=f"*{cache_type}", out_ptr=f"*{dtype}",
         block_table_ptr="*i32", seq_lens_ptr="*i32", query_start_loc_ptr="*i32",
         partial_out_ptr="*fp32" if splits > 1 else f"*{dtype}",
-        partial_lse_ptr="*fp32" if splits > 1 else f"*{dtype}", merge_counters_ptr="*i32",
+        partial_lse_ptr="*fp32" if splits > 1 else f"*{dtype}",
         sinks_ptr="*fp32", k_scale_ptr="*fp32", v_scale_ptr="*fp32", k_scale_stride=0, v_scale_stride=0,
         scale=0.1, softcap=softcap or 1.0, window=max(window, 2), num_seqs=num_seqs,
         stride_qt=hq * d, stride_qh=d, stride_qd=1,
@@ -132,8 +132,7 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
     constexprs = dict(
         HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad, GQA=hq // hkv, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n, PAGE_SIZE=page_size, CAUSAL=causal, USE_WINDOW=window > 0,
-        USE_SOFTCAP=softcap > 0.0, NUM_SPLITS=splits, FUSED_MERGE=(2 if arch.startswith("gfx") else 1) if splits > 1 and cfg.fused_merge else 0,
-        DOT_PRECISION="ieee" if dtype == "fp32" else None,
+        USE_SOFTCAP=softcap > 0.0, NUM_SPLITS=splits, DOT_PRECISION="ieee" if dtype == "fp32" else None,
         PAGE_IDS_ASM=cfg.page_ids_asm, OFFSETS_32=cfg.offsets_32, OVERLAP_QK=cfg.overlap_qk,
         USE_SINKS=sinks, USE_K_SCALE=cache is not None, USE_V_SCALE=cache is not None, SOFT_FP8=soft,
         UPCAST_DOTS=False,
@@ -144,7 +143,7 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
     )
     out = [_compile(arch, _signature(native.paged_attention_kernel, values, constexprs),
                     cfg.num_warps, cfg.num_stages, cfg.mfma_nonkdim)]
-    if splits > 1 and not cfg.fused_merge:
+    if splits > 1:
         merge_values = {k: values[k] for k in native.merge_splits_kernel.arg_names if k in values}
         merge_consts = dict(HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad, NUM_SPLITS=splits,
                             SPLITS_PAD=max(2, triton.next_power_of_2(splits)))

@@ -47,14 +47,11 @@ def _pointers(call, launch):
     k, v = call.k_cache, call.v_cache
     if launch.soft:
         k, v = k.view(torch.uint8), v.view(torch.uint8)
-    q = call.q
     p_out = p_lse = call.out
-    counters = q
     if launch.partials is not None:
         p_out, p_lse = workspace.scratch(call.q.device, *launch.partials)
-        if launch.counters:
-            counters = workspace.merge_counters(call.q.device, p_out, launch.counters)
-    return ((q, k, v, call.out, call.block_table, call.seq_lens, call.query_start_loc, p_out, p_lse, counters,
+    q = call.q
+    return ((q, k, v, call.out, call.block_table, call.seq_lens, call.query_start_loc, p_out, p_lse,
              q if call.sinks is None else call.sinks, q if call.k_scale is None else call.k_scale,
              q if call.v_scale is None else call.v_scale),
             (call.out, p_out, p_lse, call.query_start_loc))

@@ -198,17 +198,3 @@ def test_a_mixed_step_keeps_its_decodes_out_of_tall_tiles(device):
         num_tokens=8192 + 63, num_seqs=64, num_kv_heads=8, group=4, head_dim=128, kv_capacity=16384,
         max_query_len=8192, num_splits=None, device_index=0, page_size=16)
     assert one_chunk_and_decodes.block_m == 64
-
-
-@pytest.mark.parametrize("batch,context,q_len", [(8, 4096, 16), (1, 32768, 16), (1, 32768, 1), (4, 8192, 16)])
-def test_split_launches_merge_in_the_attention_launch_on_nvidia_only(device, batch, context, q_len):
-    """The fused split merge (kernels/paged_attention.py, FUSED_MERGE) runs on NVIDIA; AMD keeps the
-    second launch until it has been compared on the GPUs (ci/rocm_validate.sh)."""
-    device(**H200)
-    cfg = _dflash(batch, context, q_len=q_len)
-    assert cfg.num_splits > 1 and cfg.fused_merge
-    assert not _dflash(64, 8192).fused_merge  # one split: nothing to merge
-    for arch, smem, sms in (("gfx942", 64 * 1024, 304), ("gfx950", 160 * 1024, 256)):
-        device(arch, smem=smem, sms=sms)
-        cfg = _dflash(batch, context, q_len=q_len)
-        assert cfg.num_splits > 1 and not cfg.fused_merge

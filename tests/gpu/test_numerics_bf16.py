@@ -122,3 +122,38 @@ def test_cache_beyond_int32_offsets_uses_64bit_addresses():
     local = torch.arange(40, dtype=torch.int32).flip(0).reshape(1, 40)
     ref = reference.paged_attention(q.cpu(), kk, vv, local, sl.cpu(), qsl.cpu(), causal=True)
     assert _rel(out, ref) < 1e-2
+
+
+# The target's other calls on the plugin and the launch rules that serve them on Hopper
+# (ops/launch_config.py): prefill in 256- and 128-row tiles of 8 warps, chunked prefill over a
+# cached prefix, decode in 128-key tiles two deep.  (name: seq_lens, q_len, q heads, kv heads, rows, keys)
+OTHER_CALLS = {
+    "prefill 1x4K gqa8 (256 rows)": ([4096], 4096, 16, 2, 256, 64),
+    "prefill 2x2K (128 rows)": ([2048, 2048], 2048, 8, 2, 128, 64),
+    "chunked 2K over 6K (128 rows)": ([8192, 7000], 2048, 8, 2, 128, 64),
+    "decode q1 64x2K (128-key tiles)": ([2048 - 7 * i for i in range(64)], 1, 32, 8, 16, 128),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_CALLS))
+def test_the_target_s_other_calls_match_float64(name):
+    seq_lens, q_len, hq, hkv, rows, keys = OTHER_CALLS[name]
+    q, k, v, table, sl, qsl = _build(seq_lens, 16, q_len=q_len, hq=hq, hkv=hkv)
+    owned = torch.zeros(k.shape[:2], dtype=torch.bool, device="cuda")
+    for i, n in enumerate(seq_lens):
+        pages = table[i, : -(-n // 16)].long()
+        owned[pages] = True
+        owned[pages[-1], n - 16 * (len(pages) - 1):] = False  # the last page's slots past the end
+    k[~owned] = float("nan")
+    v[~owned] = float("nan")
+    launch = ops.describe_launch(num_tokens=q.shape[0], num_seqs=len(seq_lens), num_q_heads=hq, num_kv_heads=hkv,
+                                 head_dim=128, page_size=16, kv_capacity=table.shape[1] * 16, causal=True,
+                                 max_query_len=q_len, device=q.device).launch
+    if torch.version.cuda and torch.cuda.get_device_capability() == (9, 0):
+        assert (launch.block_m, launch.block_n) == (rows, keys), launch
+    out = torch.full_like(q, float("nan"))
+    ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=q_len)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all()
+    ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=True)
+    assert _rel(out, ref) < 1e-2

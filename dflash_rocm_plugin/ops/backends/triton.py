@@ -36,8 +36,7 @@ class Launch:
     """Everything of a call's Triton launches that its shapes decide (``ops/call_cache.py``)."""
 
     __slots__ = ("cfg", "soft", "grid", "ints", "constexprs", "merge_grid", "merge_ints", "merge_constexprs",
-                 "partials", "counters", "attention_launch", "merge_launch", "unfused_constexprs",
-                 "unfused_launch")
+                 "partials", "attention_launch", "merge_launch")
 
     def __init__(self, call: AttentionCall):
         cfg = self.cfg = plan(call)
@@ -71,7 +70,7 @@ class Launch:
             HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad,
             GQA=hq // hkv, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m,
             BLOCK_N=cfg.block_n, PAGE_SIZE=k_cache.shape[1], CAUSAL=call.causal, USE_WINDOW=call.window > 0,
-            USE_SOFTCAP=call.softcap > 0.0, NUM_SPLITS=splits, FUSED_MERGE=_fused_merge_mode(cfg),
+            USE_SOFTCAP=call.softcap > 0.0, NUM_SPLITS=splits,
             DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
             PAGE_IDS_ASM=cfg.page_ids_asm, OVERLAP_QK=cfg.overlap_qk,
             OFFSETS_32=cfg.offsets_32 and _fits_int32(k_cache) and _fits_int32(v_cache),
@@ -90,10 +89,7 @@ class Launch:
             NUM_SPLITS=splits, SPLITS_PAD=max(2, _runtime.next_power_of_2(splits)),
             num_warps=cfg.merge_warps,
         )
-        # Merge counters of a fused split merge: one per program of the first two grid dimensions.
-        self.counters = self.grid[0] * self.grid[1] if self.constexprs["FUSED_MERGE"] else 0
-        self.unfused_constexprs = {**self.constexprs, "FUSED_MERGE": 0}
-        self.attention_launch, self.merge_launch, self.unfused_launch = Relauncher(), Relauncher(), Relauncher()
+        self.attention_launch, self.merge_launch = Relauncher(), Relauncher()
 
 
 def launch(prepared: Launch, q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, sinks, k_scale,
@@ -101,26 +97,20 @@ def launch(prepared: Launch, q, k_cache, v_cache, out, block_table, seq_lens, qu
     """Run a prepared launch on this call's tensors (of the shapes it was prepared for)."""
     if prepared.soft:
         k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
-    unused = q  # a valid pointer for switched-off operands
-    counters = unused
-    attention_launch, constexprs = prepared.attention_launch, prepared.constexprs
     if prepared.partials is not None:
         # Flat tensors at the views' starts: the kernels read them through the strides in ``ints``.
         p_out, p_lse = workspace.scratch(q.device, *prepared.partials, given_workspace)
-        if prepared.counters:
-            counters = workspace.merge_counters(q.device, p_out, prepared.counters)
-            if counters is None:  # a graph capture that would have to allocate them
-                counters, attention_launch, constexprs = unused, prepared.unfused_launch, prepared.unfused_constexprs
     else:
         p_out = p_lse = out  # not read when there is one split
     kernels, _ = _runtime.kernels()
-    attention_launch(
+    unused = q  # a valid pointer for switched-off operands
+    prepared.attention_launch(
         kernels.paged_attention_kernel, prepared.grid,
-        (q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, p_out, p_lse, counters,
+        (q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, p_out, p_lse,
          unused if sinks is None else sinks, unused if k_scale is None else k_scale,
          unused if v_scale is None else v_scale),
-        prepared.ints, constexprs)
-    if prepared.partials is not None and not constexprs["FUSED_MERGE"]:
+        prepared.ints, prepared.constexprs)
+    if prepared.partials is not None:
         prepared.merge_launch(kernels.merge_splits_kernel, prepared.merge_grid, (out, p_out, p_lse, query_start_loc),
                               prepared.merge_ints, prepared.merge_constexprs)
 
@@ -128,14 +118,6 @@ def launch(prepared: Launch, q, k_cache, v_cache, out, block_table, seq_lens, qu
 def run(call: AttentionCall) -> None:
     launch(Launch(call), call.q, call.k_cache, call.v_cache, call.out, call.block_table, call.seq_lens,
            call.query_start_loc, call.sinks, call.k_scale, call.v_scale, call.workspace)
-
-
-def _fused_merge_mode(cfg: launch_config.AttentionLaunch) -> int:
-    """The kernel's FUSED_MERGE: 0 a second launch merges the splits; 1 the last split does, after
-    a barrier; 2 likewise, each AMD wave first waiting for its own stores (the kernel)."""
-    if cfg.num_splits == 1 or not cfg.fused_merge:
-        return 0
-    return 2 if _runtime.is_rocm() and not _runtime.interpreting() else 1
 
 
 def _lacks_bf16_conversion(arch: str) -> bool:
