@@ -170,6 +170,12 @@ for workload in prefill chunked decode gqa8; do
         dflash-rocm bench --workload "$workload" --peers benchmarks/.peers --peer-names sdpa_flash,sdpa_cudnn \
         --json "$OUT/bench-$workload.json"
 done
+# Gemma-4 (26B-A4B layouts): global layers' 512-wide heads (16-row tiles), sliding layers' 256-wide with window 1024.
+step "kernel benchmark, Gemma-4 global layers (head_dim 512)" "$OUT/bench-gemma4-global.log" \
+    dflash-rocm bench --models gemma-4-global --targets-only --pages 16 --json "$OUT/bench-gemma4-global.json"
+step "kernel benchmark, Gemma-4 sliding layers (head_dim 256, window 1024)" "$OUT/bench-gemma4-sliding.log" \
+    dflash-rocm bench --models gemma-4-sliding --window 1024 --targets-only --pages 16 \
+    --json "$OUT/bench-gemma4-sliding.json"
 step "kernel benchmark, fp8 caches in this GPU's format" "$OUT/bench-fp8.log" \
     dflash-rocm bench --kv fp8 --pages 16 --json "$OUT/bench-fp8.json"
 # The opt-in fp8 launches (benchmarks/NOTES.md): fp8 MFMA dots for both products, for P V alone, and P V

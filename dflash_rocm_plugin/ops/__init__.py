@@ -9,7 +9,8 @@ Calls (arguments checked before any launch; ``ValueError`` naming the argument):
 What is supported, and why not: ``supports(AttentionSpec(...))`` answers None or the reason;
 ``require`` raises ``Unsupported`` with it; ``platform_problem()`` says why no kernel can run here;
 ``native_fp8_dtype(arch)`` is the fp8 cache format a GPU converts in hardware.
-What a call would run: ``describe_launch(...)``; which backend serves each op: ``kernel_paths()``.
+What a call would run: ``describe_launch(...)``, and whether its keys may be split at all:
+``may_split_keys(...)``; which backend serves each op: ``kernel_paths()``.
 Workspace: ``workspace_floats(...)`` sizes the caller-owned split-KV scratch.
 Tuned launches (``dflash-rocm tune``): ``tuned_configs()`` says which files are in force;
 ``tuned_sources(...)`` limits them within a block; ``tuned_bucket``, ``tuned_document``,
@@ -25,6 +26,7 @@ from dflash_rocm_plugin.ops.attention import paged_attention
 from dflash_rocm_plugin.ops.backends import AiterUnavailable
 from dflash_rocm_plugin.ops.backends import status as kernel_paths
 from dflash_rocm_plugin.ops.kv_cache import write_kv_cache
+from dflash_rocm_plugin.ops.launch_config import may_split as may_split_keys
 from dflash_rocm_plugin.ops.plan import (
     AttentionLaunch,
     LaunchDescription,
@@ -61,7 +63,7 @@ __all__ = [
     "AttentionSpec", "supports", "require", "features_problem", "Unsupported", "HEAD_DIMS", "DTYPES", "KV_CACHE_DTYPES",
     "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES", "native_fp8_dtype",
     "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",
-    "describe_launch", "LaunchDescription", "AttentionLaunch", "forced_launch", "workspace_floats",
+    "describe_launch", "may_split_keys", "LaunchDescription", "AttentionLaunch", "forced_launch", "workspace_floats",
     "kernel_paths", "AiterUnavailable",
     "tuned_configs", "tuned_sources", "tuned_bucket", "tuned_document", "read_tuned_file", "tuned_user_path",
     "TUNED_CONFIGS_ENV", "TUNED_LAUNCH_FIELDS", "TUNED_OPTIONAL_LAUNCH_FIELDS",

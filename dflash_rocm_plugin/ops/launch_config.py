@@ -18,6 +18,10 @@ import dataclasses
 
 from dflash_rocm_plugin.ops import _runtime, support, tuned, workspace
 
+# Query rows per sequence (a DFlash block) up to which a call may split its keys although its rows
+# span several query tiles: 512-wide heads take 16-row tiles (2 queries of a GQA-8 group), GQA-16
+# groups 128-row tiles of 8 queries.  Unsplit, a batch-1 q16 Gemma-4 global layer runs 16 programs.
+SPLIT_QUERY_ROWS = 16
 # Minimum keys per split (two 64-key tiles).  H200, 1 x 4K: 32 splits of 128 keys
 # still beat 16 splits of 256 (0.96 vs 0.85 TB/s), so the floor is low.
 MIN_KEYS_PER_SPLIT = 128
@@ -169,7 +173,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
         block_n, num_stages = 128, 2
 
     explicit_splits = num_splits is not None
-    short_queries = num_tokens <= num_seqs * block_q
+    short_queries = may_split(num_tokens, num_seqs, block_q)
     if num_splits is None:
         num_splits = 1
         if short_queries:
@@ -182,7 +186,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             # 128-row tiles on NVIDIA, H200 Qwen3-32B heads: 8 x 4K 2 splits 2.51 TB/s (4: 2.18),
             # 1 x 32K 16 splits 2.68 (32: 2.28), 4 x 8K 4 splits 2.52 (8: 2.17); the one miss,
             # 16 x 4K, runs 1 split at 2.41 where 2 reach 2.54.
-            programs = max(1, num_seqs * num_kv_heads)
+            programs = max(1, num_seqs * num_kv_heads * query_tiles(num_tokens, num_seqs, block_q))
             per_sm = 1 if (arch.startswith("sm_") and block_m >= 128) else PROGRAMS_PER_SM
             slots = per_sm * _runtime.multiprocessor_count(device_index)
             by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
@@ -232,6 +236,19 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     return launch
 
 
+def may_split(num_tokens: int, num_seqs: int, block_q: int) -> bool:
+    """Whether the chooser (or a tuned entry) may split a call's keys: every sequence's queries fit
+    one tile, or number at most ``SPLIT_QUERY_ROWS`` (padding rows counted, as the launch does)."""
+    return num_tokens <= num_seqs * max(block_q, SPLIT_QUERY_ROWS)
+
+
+def query_tiles(num_tokens: int, num_seqs: int, block_q: int) -> int:
+    """Query tiles per sequence of a call that may split, from its mean rows per sequence rounded
+    up to a power of two: constant within each power-of-two bucket, so the workspace bound holds."""
+    rows = _runtime.next_power_of_2(-(-num_tokens // max(1, num_seqs)))
+    return max(1, -(-rows // block_q))
+
+
 def _mfma_nonkdim(arch: str, block_m: int, num_warps: int, native_fp8: bool = False) -> int:
     """AMD: 16x16 MFMAs where a warp's share of the tile's rows is under 32, else Triton's choice.
 
@@ -253,7 +270,7 @@ def _mfma_nonkdim(arch: str, block_m: int, num_warps: int, native_fp8: bool = Fa
 def _tuned_launch(launch: AttentionLaunch, fields: dict, arch: str, splits_free: bool, rows_free: bool = False,
                   group: int = 1, max_query_len: int | None = None) -> AttentionLaunch:
     """A tuned entry's fields over the rules' launch.  Its KV splits apply only where the rules
-    could split too (every sequence in one query tile, no count forced), so the workspace bound
+    could split too (``may_split``, no count forced), so the workspace bound
     keeps its shape; its query rows only where no sequence fits one tile (those never split);
     inline PTX page ids only where they compile (NVIDIA, not interpreted)."""
     fields = dict(fields)

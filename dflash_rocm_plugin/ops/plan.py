@@ -59,19 +59,21 @@ def workspace_floats(*, num_q_heads: int, num_kv_heads: int, head_dim: int, max_
     lengths, dtypes and page sizes: allocate that once and pass it as ``paged_attention(...,
     workspace=)``.  0: no such call splits.
 
-    A launch splits only when every sequence fits one query tile, so its rows are at most
-    ``num_seqs x block_q``; the bound walks each sequence count and query-tile size through the
-    same chooser the calls use, with one query row per sequence (always short enough to split),
-    and then, for every tuned entry in force that splits, the largest call of its bucket.
+    A launch splits only when every sequence fits one query tile or has at most
+    ``launch_config.SPLIT_QUERY_ROWS`` rows (``launch_config.may_split``), so its rows are at most
+    ``num_seqs x max(rows, block_q)``; the bound walks each sequence count and power of two of rows
+    per sequence through the same chooser the calls use (the split count is constant within each
+    such bucket: ``launch_config.query_tiles``), and then, for every tuned entry in force that
+    splits, the largest call of its bucket.
     """
     index = None if device is None else torch.device(device).index
     group = num_q_heads // num_kv_heads
     shape = dict(num_kv_heads=num_kv_heads, group=group, head_dim=head_dim, num_splits=None, device_index=index)
 
     def need_of(num_seqs: int, rows: int, kv_len: int, **extra) -> tuple[int, launch_config.AttentionLaunch]:
-        cfg = launch_config.choose(num_tokens=num_seqs, num_seqs=num_seqs, kv_capacity=kv_len,
+        cfg = launch_config.choose(num_tokens=num_seqs * rows, num_seqs=num_seqs, kv_capacity=kv_len,
                                    max_query_len=rows, **shape, **extra)
-        floats = workspace.elements(cfg.num_splits, num_seqs * cfg.block_q, num_q_heads, head_dim)
+        floats = workspace.elements(cfg.num_splits, num_seqs * max(rows, cfg.block_q), num_q_heads, head_dim)
         return (floats if cfg.num_splits > 1 else 0), cfg
 
     need = 0
@@ -80,7 +82,7 @@ def workspace_floats(*, num_q_heads: int, num_kv_heads: int, head_dim: int, max_
         while True:
             floats, cfg = need_of(num_seqs, rows, max_kv_len)
             need = max(need, floats)
-            if cfg.block_q < rows:
+            if cfg.block_q < rows and rows >= launch_config.SPLIT_QUERY_ROWS:
                 break
             rows *= 2
     arch = _runtime.gpu_arch(index)

@@ -28,7 +28,7 @@ from dflash_rocm_plugin.ops.workspace import MAX_SPLITS
 FORMAT = 1
 # The AttentionLaunch fields a tuned entry sets; the rest (padding, offsets, merge warps) stay the
 # chooser's, so the workspace bound and the grid keep their shape rules.  ``block_q`` may be set
-# too, and applies only where no call of the bucket fits one query tile (those alone split the keys).
+# too, and applies only where no call of the bucket may split its keys (``launch_config.may_split``).
 LAUNCH_FIELDS = ("block_n", "num_warps", "num_stages", "num_splits", "page_ids_asm", "overlap_qk")
 OPTIONAL_LAUNCH_FIELDS = ("block_q",)
 BACKENDS = ("triton", "aiter")

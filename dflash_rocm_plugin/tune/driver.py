@@ -32,7 +32,7 @@ def expected_candidates(shapes, arch: str, dtype, space: space_mod.Space | None 
         plan = ops.describe_launch(num_tokens=shape.batch * shape.q_len, num_seqs=shape.batch, num_q_heads=hq,
                                    num_kv_heads=hkv, head_dim=d, page_size=shape.page, kv_capacity=shape.context,
                                    causal=shape.causal, dtype=dtype, max_query_len=shape.q_len, backend="triton")
-        can_split = shape.q_len <= plan.launch.block_q
+        can_split = ops.may_split_keys(shape.batch * shape.q_len, shape.batch, plan.launch.block_q)
         extra = 2 if arch.startswith("gfx") and not shape.causal and shape.kv == "bf16" else 0  # AITER, Triton
         counts.append(space_mod.candidate_count(space, can_split, shape.context, plan.launch.block_n,
                                                 group=hq // hkv, q_len=shape.q_len) + extra)

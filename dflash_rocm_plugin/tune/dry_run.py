@@ -37,7 +37,7 @@ def text(record: dict, budget_min: float) -> str:
     lines = [f"dflash-rocm tune --dry-run: {record['arch']}, heads {hq}/{hkv}/{d}, {record['dtype']}, cache "
              f"{record['kv']}" + (f" ({record['note']})" if record["note"] else ""),
              f"would write: {record['out']}",
-             f"sweeps: KV splits {'/'.join(map(str, sp['num_splits']))} (blocks that fit one query tile); "
+             f"sweeps: KV splits {'/'.join(map(str, sp['num_splits']))} (blocks that may split); "
              f"{len(sp['tiles'])} tiles of BLOCK_N {_values(sp['tiles'], 0)} x warps {_values(sp['tiles'], 1)} x "
              f"stages {_values(sp['tiles'], 2)}; page_ids_asm {'/'.join(map(str, sp['page_ids_asm']))}; overlap_qk "
              f"{'/'.join(map(str, sp['overlap_qk']))}"

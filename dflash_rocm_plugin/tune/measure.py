@@ -94,8 +94,8 @@ class BucketBench:
 
     @property
     def can_split(self) -> bool:
-        """Every sequence fits one query tile: the only calls the chooser (and a tuned entry) splits."""
-        return self.shape.q_len <= self.default.block_q
+        """The only calls the chooser (and a tuned entry) splits (``launch_config.may_split``)."""
+        return ops.may_split_keys(self.case.q.shape[0], self.shape.batch, self.default.block_q)
 
     @property
     def kv_keys(self) -> int:

@@ -198,3 +198,20 @@ def test_a_mixed_step_keeps_its_decodes_out_of_tall_tiles(device):
         num_tokens=8192 + 63, num_seqs=64, num_kv_heads=8, group=4, head_dim=128, kv_capacity=16384,
         max_query_len=8192, num_splits=None, device_index=0, page_size=16)
     assert one_chunk_and_decodes.block_m == 64
+
+
+@pytest.mark.parametrize("heads,batch,context,splits", [((16, 2, 512), 1, 32768, 16), ((16, 2, 512), 8, 4096, 2),
+                                                        ((64, 4, 128), 1, 32768, 16), ((64, 4, 128), 8, 4096, 2)])
+def test_dflash_blocks_spanning_several_query_tiles_split_their_keys_at_small_batch(device, heads, batch, context,
+                                                                                    splits):
+    """512-wide heads (Gemma-4 global layers: 16-row tiles of 2 queries) and GQA-16 groups (128-row
+    tiles of 8 queries) put a 16-token block in several tiles; at small batch those still fill one
+    wave with KV splits, and a longer query block (a prefill chunk) never splits."""
+    device(**H200)
+    hq, hkv, d = heads
+    cfg = _dflash(batch, context, group=hq // hkv, head_dim=d, kv_heads=hkv)
+    assert cfg.block_q < 16 and cfg.num_splits == splits
+    per_sm = 1 if cfg.block_m >= 128 else 2
+    assert batch * hkv * (16 // cfg.block_q) * cfg.num_splits <= per_sm * H200["sms"]
+    assert _dflash(batch, context, q_len=32, group=hq // hkv, head_dim=d, kv_heads=hkv).num_splits == 1
+    assert ops.may_split_keys(batch * 16, batch, cfg.block_q) and not ops.may_split_keys(batch * 17, batch, cfg.block_q)

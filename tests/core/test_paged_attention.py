@@ -121,6 +121,20 @@ def test_transposed_pv_matches_reference(causal, block_size, splits, window, ove
         check(case, causal=causal, num_kv_splits=splits, sliding_window=window)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("heads", [(32, 2, 32), (4, 2, 512)], ids=["gqa16", "d512"])
+def test_blocks_spanning_several_query_tiles_split_their_keys(causal, heads):
+    """A 16-token block of a GQA-16 group (128-row tiles of 8 queries) or of 512-wide heads (16-row
+    tiles of 8 queries at GQA 2) spans several query tiles, and the chooser splits its keys."""
+    hq, hkv, d = heads
+    case = build([300, 133], [16, 13], num_q_heads=hq, num_kv_heads=hkv, head_dim=d, padding_rows=3)
+    launch = ops.describe_launch(num_tokens=case.q.shape[0], num_seqs=2, num_q_heads=hq, num_kv_heads=hkv,
+                                 head_dim=d, page_size=16, kv_capacity=case.block_table.shape[1] * 16,
+                                 causal=causal, dtype=case.q.dtype).launch
+    assert launch.block_q < 16 and launch.num_splits > 1
+    check(case, causal=causal)
+
+
 def test_split_kv_with_more_splits_than_key_tiles():
     # Most splits own no keys at all and must contribute nothing (lse = -inf).
     check(build([10, 3], [4, 1]), causal=True, num_kv_splits=8)
