@@ -150,6 +150,8 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     # [rows, 512] fp32 accumulator would otherwise not fit in registers.
     rows = 16 if head_dim_pad > 256 else (128 if (group >= 8 and head_dim_pad <= 128) else 64)
     arch = _runtime.gpu_arch(device_index)
+    wide_head_rows = _amd_wide_head_rows(arch, head_dim_pad)
+    rows = wide_head_rows or rows
     # Prefill on Hopper: long query blocks are compute-bound, and taller tiles reuse each K/V tile
     # for more rows.  H200, Qwen3-8B heads, TFLOP/s against 64-row tiles: 256 rows (8 warps,
     # 3 stages) 1 x 8K 410 vs 360, 1 x 32K 459 vs 376; 128 rows 4 x 4K 387 vs 364 (256: 370).
@@ -164,6 +166,8 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     if window is not None:
         kv_capacity = min(kv_capacity, window + block_q - 1)
     block_n, num_warps, num_stages = _arch_defaults(arch, head_dim_pad, block_m)
+    if wide_head_rows and block_m >= 32:
+        num_warps = 8  # a decode's 16-row tile keeps 4
     if (arch.startswith("sm_") and block_q == 1 and block_m <= 16 and head_dim_pad <= 128
             and (page_size is None or page_size >= 16)
             and _runtime.shared_memory_per_block(device_index) >= _DEEP_STAGES_SMEM):
@@ -187,7 +191,10 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             # 1 x 32K 16 splits 2.68 (32: 2.28), 4 x 8K 4 splits 2.52 (8: 2.17); the one miss,
             # 16 x 4K, runs 1 split at 2.41 where 2 reach 2.54.
             programs = max(1, num_seqs * num_kv_heads * query_tiles(num_tokens, num_seqs, block_q))
-            per_sm = 1 if (arch.startswith("sm_") and block_m >= 128) else PROGRAMS_PER_SM
+            # One program per multiprocessor: 128-row tiles on NVIDIA (shared memory), AMD's wide-head
+            # tiles of 8 warps (registers; gfx942's also all 64 KB of LDS).
+            tall = (arch.startswith("sm_") and block_m >= 128) or (wide_head_rows and block_m >= 32)
+            per_sm = 1 if tall else PROGRAMS_PER_SM
             slots = per_sm * _runtime.multiprocessor_count(device_index)
             by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
             num_splits = max(1, min(slots // programs, by_length, MAX_SPLITS))
@@ -234,6 +241,18 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
         launch = dataclasses.replace(launch, mfma_nonkdim=_mfma_nonkdim(arch, launch.block_m, launch.num_warps,
                                                                         native_fp8))
     return launch
+
+
+def _amd_wide_head_rows(arch: str, head_dim_pad: int) -> int:
+    """AMD, heads above 256 (Gemma-4 global layers, 512): query rows per tile, over 8 warps; 0
+    elsewhere.  16-row tiles hold two queries of a GQA-8 group, so each K/V tile is read by eight
+    programs (H200, 16-row tiles: 0.80 TB/s at 32 x 16K).  Compiled offline with 16-key tiles
+    (registers per lane, LDS): gfx942 64 rows 202 / 64 KB, no spills (16 rows over 4 warps: 184 /
+    16 KB); gfx950 32 rows at 2 stages 196 / 68 KB (64 rows: 298, more than two waves per SIMD
+    allow).  Unmeasured on the GPUs (ci/rocm_validate.sh times them)."""
+    if not arch.startswith("gfx") or head_dim_pad <= 256:
+        return 0
+    return 64 if arch.startswith("gfx94") else 32
 
 
 def may_split(num_tokens: int, num_seqs: int, block_q: int) -> bool:

@@ -215,3 +215,19 @@ def test_dflash_blocks_spanning_several_query_tiles_split_their_keys_at_small_ba
     assert batch * hkv * (16 // cfg.block_q) * cfg.num_splits <= per_sm * H200["sms"]
     assert _dflash(batch, context, q_len=32, group=hq // hkv, head_dim=d, kv_heads=hkv).num_splits == 1
     assert ops.may_split_keys(batch * 16, batch, cfg.block_q) and not ops.may_split_keys(batch * 17, batch, cfg.block_q)
+
+
+@pytest.mark.parametrize("arch,smem,sms,rows", [("gfx942", 64 * 1024, 304, 64), ("gfx950", 160 * 1024, 256, 32)])
+def test_amd_512_wide_heads_take_taller_tiles_of_8_warps(device, arch, smem, sms, rows):
+    """Gemma-4 global layers (16 q / 2 kv heads of 512): 16-row tiles read each K/V tile eight
+    times over a GQA-8 group; AMD takes the tallest tile that compiles without spills within two
+    waves per SIMD, one program per CU, and a decode keeps 16 rows over 4 warps."""
+    device(arch, smem=smem, sms=sms)
+    big = _dflash(32, 16384, group=8, head_dim=512, kv_heads=2)
+    assert (big.block_m, big.block_q, big.num_warps, big.block_n) == (rows, rows // 8, 8, 16)
+    small = _dflash(8, 4096, group=8, head_dim=512, kv_heads=2)
+    assert small.num_splits == sms // (8 * 2 * (16 // small.block_q))  # one program per CU fills a wave
+    decode = _dflash(8, 4096, q_len=1, group=8, head_dim=512, kv_heads=2)
+    assert (decode.block_m, decode.num_warps) == (16, 4)
+    device(**H200)
+    assert _dflash(32, 16384, group=8, head_dim=512, kv_heads=2).block_m == 16  # measured there; unchanged
