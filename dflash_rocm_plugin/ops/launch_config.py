@@ -290,7 +290,7 @@ def _tuned_launch(launch: AttentionLaunch, fields: dict, arch: str, splits_free:
                   group: int = 1, max_query_len: int | None = None) -> AttentionLaunch:
     """A tuned entry's fields over the rules' launch.  Its KV splits apply only where the rules
     could split too (``may_split``, no count forced), so the workspace bound
-    keeps its shape; its query rows only where no sequence fits one tile (those never split);
+    keeps its shape; its query rows only where the call may not split (the rows would move the bound);
     inline PTX page ids only where they compile (NVIDIA, not interpreted)."""
     fields = dict(fields)
     block_q = fields.pop("block_q", None)
