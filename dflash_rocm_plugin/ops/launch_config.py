@@ -166,8 +166,9 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     if window is not None:
         kv_capacity = min(kv_capacity, window + block_q - 1)
     block_n, num_warps, num_stages = _arch_defaults(arch, head_dim_pad, block_m)
-    if wide_head_rows and block_m >= 32:
-        num_warps = 8  # a decode's 16-row tile keeps 4
+    wide_head_tile = bool(wide_head_rows) and block_m >= 32  # a decode's 16-row tile stays as it was
+    if wide_head_tile:
+        num_warps = 8
     if (arch.startswith("sm_") and block_q == 1 and block_m <= 16 and head_dim_pad <= 128
             and (page_size is None or page_size >= 16)
             and _runtime.shared_memory_per_block(device_index) >= _DEEP_STAGES_SMEM):
@@ -193,7 +194,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             programs = max(1, num_seqs * num_kv_heads * query_tiles(num_tokens, num_seqs, block_q))
             # One program per multiprocessor: 128-row tiles on NVIDIA (shared memory), AMD's wide-head
             # tiles of 8 warps (registers; gfx942's also all 64 KB of LDS).
-            tall = (arch.startswith("sm_") and block_m >= 128) or (wide_head_rows and block_m >= 32)
+            tall = (arch.startswith("sm_") and block_m >= 128) or wide_head_tile
             per_sm = 1 if tall else PROGRAMS_PER_SM
             slots = per_sm * _runtime.multiprocessor_count(device_index)
             by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
