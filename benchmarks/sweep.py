@@ -164,6 +164,17 @@ def main() -> int:
             ("fp8 BN64 W4 S=4", dict(block_n=64, num_warps=4, num_stages=4)),
             ("fp8 BN32 W4 S=5", dict(block_n=32, num_warps=4, num_stages=5)),
             ("fp8 ovl BN64 W4 S=4", dict(block_n=64, num_warps=4, num_stages=4, overlap_qk=True)),
+            # 512-wide heads (--model gemma-4-global, GQA 8): the chosen 16-row tiles (2 queries, so
+            # each K/V tile is read by 8 programs of a q16 block) against taller ones.
+            ("d512 default", {}),
+            ("d512 rows32 W4", dict(block_q=4, block_m=32, num_warps=4)),
+            ("d512 rows32 W8", dict(block_q=4, block_m=32, num_warps=8)),
+            ("d512 rows64 W8", dict(block_q=8, block_m=64, num_warps=8)),
+            ("d512 rows64 W8 BN16 S=3", dict(block_q=8, block_m=64, num_warps=8, block_n=16, num_stages=3)),
+            ("d512 rows128 W8 BN16", dict(block_q=16, block_m=128, num_warps=8, block_n=16)),
+            ("d512 splits32", dict(num_splits=32)),
+            ("d512 rows32 W8 splits32", dict(block_q=4, block_m=32, num_warps=8, num_splits=32)),
+            ("d512 rows64 W8 splits32", dict(block_q=8, block_m=64, num_warps=8, num_splits=32)),
         ]
         if args.variants:
             variants = [v for v in variants if v[0] in args.variants.split(",")]

@@ -128,7 +128,7 @@ def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int
         return 64, (8 if block_m >= 128 else 4), 3
     if head_dim_pad <= 256:
         return 32, 8, 2
-    return 32, 4, 2  # 512: 16-row tiles (``choose``); two 32 KB K/V stages.  Unmeasured.
+    return 32, 4, 2  # 512: two 32 KB K/V stages; the tile's rows and warps in ``_wide_head_rows``.
 
 
 def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, head_dim: int,
@@ -150,7 +150,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     # [rows, 512] fp32 accumulator would otherwise not fit in registers.
     rows = 16 if head_dim_pad > 256 else (128 if (group >= 8 and head_dim_pad <= 128) else 64)
     arch = _runtime.gpu_arch(device_index)
-    wide_head_rows = _amd_wide_head_rows(arch, head_dim_pad)
+    wide_head_rows = _wide_head_rows(arch, head_dim_pad, device_index)
     rows = wide_head_rows or rows
     # Prefill on Hopper: long query blocks are compute-bound, and taller tiles reuse each K/V tile
     # for more rows.  H200, Qwen3-8B heads, TFLOP/s against 64-row tiles: 256 rows (8 warps,
@@ -192,8 +192,9 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             # 1 x 32K 16 splits 2.68 (32: 2.28), 4 x 8K 4 splits 2.52 (8: 2.17); the one miss,
             # 16 x 4K, runs 1 split at 2.41 where 2 reach 2.54.
             programs = max(1, num_seqs * num_kv_heads * query_tiles(num_tokens, num_seqs, block_q))
-            # One program per multiprocessor: 128-row tiles on NVIDIA (shared memory), AMD's wide-head
-            # tiles of 8 warps (registers; gfx942's also all 64 KB of LDS).
+            # One program per multiprocessor: 128-row tiles on NVIDIA (shared memory), the wide-head
+            # tiles of 8 warps (NVIDIA: 192 KB of shared memory; AMD: registers, gfx942's also all
+            # 64 KB of LDS).
             tall = (arch.startswith("sm_") and block_m >= 128) or wide_head_tile
             per_sm = 1 if tall else PROGRAMS_PER_SM
             slots = per_sm * _runtime.multiprocessor_count(device_index)
@@ -244,16 +245,27 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     return launch
 
 
-def _amd_wide_head_rows(arch: str, head_dim_pad: int) -> int:
-    """AMD, heads above 256 (Gemma-4 global layers, 512): query rows per tile, over 8 warps; 0
-    elsewhere.  16-row tiles hold two queries of a GQA-8 group, so each K/V tile is read by eight
-    programs (H200, 16-row tiles: 0.80 TB/s at 32 x 16K).  Compiled offline with 16-key tiles
-    (registers per lane, LDS): gfx942 64 rows 202 / 64 KB, no spills (16 rows over 4 warps: 184 /
-    16 KB); gfx950 32 rows at 2 stages 196 / 68 KB (64 rows: 298, more than two waves per SIMD
-    allow).  Unmeasured on the GPUs (ci/rocm_validate.sh times them)."""
-    if not arch.startswith("gfx") or head_dim_pad <= 256:
+def _wide_head_rows(arch: str, head_dim_pad: int, device_index: int | None) -> int:
+    """Heads above 256 (Gemma-4 global layers, 512): query rows per tile, over 8 warps; 0 elsewhere
+    (16-row tiles).  16 rows hold two queries of a GQA-8 group, so each K/V tile is read by eight
+    programs of a q16 block.
+
+    NVIDIA, measured on the H200 (q16 verify, 16 q / 2 kv heads, page 16; benchmarks/NOTES.md,
+    "512-wide heads"): 64 rows over 8 warps with two 32-key stages (192 KB of shared memory, one
+    program per SM) stream 1.31 TB/s at 32 x 16K against 0.87 for 16 rows over 4 warps (32 rows
+    over 4 warps 1.15, over 8 warps 0.64; 128 rows do not fit), and 1.08 against 0.79 at 1 x 32K
+    with 32 splits.  Parts with less shared memory keep 16 rows (unmeasured).
+    AMD, compiled offline with 16-key tiles (registers per lane, LDS): gfx942 64 rows 202 / 64 KB,
+    no spills (16 rows over 4 warps: 184 / 16 KB); gfx950 32 rows at 2 stages 196 / 68 KB (64 rows:
+    298, more than two waves per SIMD allow).  Unmeasured on the GPUs (ci/rocm_validate.sh times
+    them)."""
+    if head_dim_pad <= 256:
         return 0
-    return 64 if arch.startswith("gfx94") else 32
+    if arch.startswith("gfx"):
+        return 64 if arch.startswith("gfx94") else 32
+    if arch.startswith("sm_") and _runtime.shared_memory_per_block(device_index) >= _DEEP_STAGES_SMEM:
+        return 64
+    return 0
 
 
 def may_split(num_tokens: int, num_seqs: int, block_q: int) -> bool:

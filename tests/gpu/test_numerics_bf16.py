@@ -160,15 +160,19 @@ def test_the_target_s_other_calls_match_float64(name):
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
-@pytest.mark.parametrize("seq_lens", [[4096] * 8, [32768], [3000, 77, 1500]], ids=["8x4K", "1x32K", "ragged3"])
+@pytest.mark.parametrize("seq_lens", [[4096] * 8, [32768], [3000, 77, 1500], [2048] * 40],
+                         ids=["8x4K", "1x32K", "ragged3", "40x2K"])
 def test_512_wide_heads_match_float64(causal, seq_lens):
-    """Gemma-4 global layers (16 q / 2 kv heads of 512): the 16-token block spans several query
-    tiles and, at small batch, splits its keys (AMD: taller tiles of 8 warps)."""
+    """Gemma-4 global layers (16 q / 2 kv heads of 512): the 16-token block spans two query tiles
+    of 8 warps (H200: 64 rows, one program per SM) and, at small batch, splits its keys; 40
+    sequences run unsplit."""
     q, k, v, table, sl, qsl = _build(seq_lens, 16, hq=16, hkv=2, d=512)
     launch = ops.describe_launch(num_tokens=q.shape[0], num_seqs=len(seq_lens), num_q_heads=16, num_kv_heads=2,
                                  head_dim=512, page_size=16, kv_capacity=table.shape[1] * 16, causal=causal,
                                  max_query_len=16, device=q.device).launch
-    assert launch.block_q < 16
+    assert launch.block_q < 16 and (launch.num_splits > 1) == (len(seq_lens) < 40), launch
+    if torch.version.cuda and torch.cuda.get_device_capability() == (9, 0):
+        assert (launch.block_m, launch.num_warps) == (64, 8), launch
     out = torch.full_like(q, float("nan"))
     ops.paged_attention(q, k, v, table, sl, qsl, causal=causal, out=out, max_query_len=16, scale=1.0 / 64)
     torch.cuda.synchronize()
