@@ -20,6 +20,8 @@ MODELS = {
     # Gemma-4 26B-A4B: global layers 16 q / 2 kv heads of 512; sliding-window layers 16 q / 8 kv of 256.
     "gemma-4-global": (16, 2, 512),
     "gemma-4-sliding": (16, 8, 256),
+    # Qwen3-Next-80B-A3B (and the Qwen3.5 hybrids' full-attention layers): 16 q / 2 kv heads of 256.
+    "qwen3-next": (16, 2, 256),
 }
 # Cache element types: bytes per element (fp8: the GPU's own format, with per-tensor scales).
 KV_BYTES = {"bf16": 2, "fp8": 1}

@@ -101,7 +101,7 @@ def forced_fields() -> tuple:
     return tuple(_forced.items()) if _forced else ()
 
 
-def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int, int]:
+def _arch_defaults(arch: str, head_dim_pad: int, block_m: int, smem: int) -> tuple[int, int, int]:
     """(BLOCK_N, num_warps, num_stages) for one architecture family."""
     if arch.startswith("gfx"):
         # CDNA3 gfx942 (MI300X) / CDNA4 gfx950 (MI355X): UNMEASURED.  Compiled offline
@@ -127,7 +127,13 @@ def _arch_defaults(arch: str, head_dim_pad: int, block_m: int) -> tuple[int, int
     if head_dim_pad <= 128:
         return 64, (8 if block_m >= 128 else 4), 3
     if head_dim_pad <= 256:
-        return 32, 8, 2
+        # 256-wide heads (Qwen3-Next / Qwen3.5 full attention 16q/2kv, Gemma-4 sliding 16q/8kv),
+        # H200, TB/s (prefill TFLOP/s), 64-key tiles over 4 warps against 32-key tiles over 8:
+        # q16 verify 16/2 32 x 16K 1.92 vs 1.02, 8 x 4K 1.21 vs 0.81, 1 x 32K 1.39 vs 0.88; Gemma-4
+        # sliding q16 draft (window 1024) 3.55 vs 2.41; decode 4.09 vs 3.36 (64 x 8K) and 4.47 vs
+        # 3.50; prefill 1 x 4K 296 vs 149 (NOTES.md, "256-wide heads").  Two 32 KB K/V stages and
+        # the Q tile need 160 KB of shared memory; smaller parts keep 32-key tiles.
+        return (64, 8 if block_m >= 128 else 4, 2) if smem >= _DEEP_STAGES_SMEM else (32, 8, 2)
     return 32, 4, 2  # 512: two 32 KB K/V stages; the tile's rows and warps in ``_wide_head_rows``.
 
 
@@ -151,7 +157,8 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     rows = 16 if head_dim_pad > 256 else (128 if (group >= 8 and head_dim_pad <= 128) else 64)
     arch = _runtime.gpu_arch(device_index)
     wide_head_rows = _wide_head_rows(arch, head_dim_pad, device_index)
-    rows = wide_head_rows or rows
+    rows = wide_head_rows or _hopper_256_group_rows(arch, head_dim_pad, group, num_tokens, num_seqs, num_kv_heads,
+                                                    device_index) or rows
     # Prefill on Hopper: long query blocks are compute-bound, and taller tiles reuse each K/V tile
     # for more rows.  H200, Qwen3-8B heads, TFLOP/s against 64-row tiles: 256 rows (8 warps,
     # 3 stages) 1 x 8K 410 vs 360, 1 x 32K 459 vs 376; 128 rows 4 x 4K 387 vs 364 (256: 370).
@@ -165,7 +172,8 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     block_q, block_m = _tile_rows(max(1, rows // group), group, max_query_len)
     if window is not None:
         kv_capacity = min(kv_capacity, window + block_q - 1)
-    block_n, num_warps, num_stages = _arch_defaults(arch, head_dim_pad, block_m)
+    block_n, num_warps, num_stages = _arch_defaults(arch, head_dim_pad, block_m,
+                                                    _runtime.shared_memory_per_block(device_index))
     wide_head_tile = bool(wide_head_rows) and block_m >= 32  # a decode's 16-row tile stays as it was
     if wide_head_tile:
         num_warps = 8
@@ -266,6 +274,22 @@ def _wide_head_rows(arch: str, head_dim_pad: int, device_index: int | None) -> i
     if arch.startswith("sm_") and _runtime.shared_memory_per_block(device_index) >= _DEEP_STAGES_SMEM:
         return 64
     return 0
+
+
+def _hopper_256_group_rows(arch: str, head_dim_pad: int, group: int, num_tokens: int, num_seqs: int,
+                           num_kv_heads: int, device_index: int | None) -> int:
+    """128 rows (8 warps, 64-key tiles, one program per SM) for DFlash blocks of 256-wide heads in
+    GQA groups of 8 or more on Hopper, where the call still fills the GPU; 0 elsewhere.  A q16 block
+    of Qwen3-Next / Qwen3.5 heads (16 q / 2 kv) then reads each K/V tile once instead of twice.
+    H200, q16 verify, TB/s against 64-row tiles of 4 warps: 32 x 16K 2.55 vs 1.92, 8 x 4K 1.60 vs
+    1.21; at 1 x 32K two programs of at most 32 splits leave half the SMs idle (1.08 vs 1.39), so
+    calls of fewer than one program per SM at the most splits keep 64 rows.  Longer query blocks
+    (prefill) keep 64 rows: measured there only."""
+    if (not arch.startswith("sm_") or head_dim_pad != 256 or group < 8 or num_seqs < 1
+            or num_tokens > num_seqs * SPLIT_QUERY_ROWS
+            or _runtime.shared_memory_per_block(device_index) < _DEEP_STAGES_SMEM):
+        return 0
+    return 128 if num_seqs * num_kv_heads * MAX_SPLITS >= _runtime.multiprocessor_count(device_index) else 0
 
 
 def may_split(num_tokens: int, num_seqs: int, block_q: int) -> bool:

@@ -102,7 +102,8 @@ def test_describe_launch_is_what_the_triton_backend_runs(monkeypatch, device, ba
         assert described.workspace_floats == workspace.elements(described.launch.num_splits, batch * q_len, 32, 128)
 
 
-HEADS = [(32, 8, 128), (64, 8, 128), (8, 1, 64), (16, 16, 256), (48, 8, 128), (16, 2, 512), (64, 4, 128)]
+HEADS = [(32, 8, 128), (64, 8, 128), (8, 1, 64), (16, 16, 256), (48, 8, 128), (16, 2, 512), (64, 4, 128),
+         (16, 2, 256)]
 
 
 @settings(max_examples=150, deadline=None)
@@ -125,7 +126,7 @@ def test_workspace_floats_covers_every_call(device, num_seqs, q_lens, context, p
 @settings(max_examples=100, deadline=None)
 @given(device=st.sampled_from(sorted(DEVICES)), num_seqs=st.integers(1, 48),
        q_lens=st.lists(st.integers(1, 16), min_size=1, max_size=48), context=st.integers(1, 65536),
-       heads=st.sampled_from([(16, 2, 512), (64, 4, 128), (16, 8, 256)]), padding=st.integers(0, 40))
+       heads=st.sampled_from([(16, 2, 512), (64, 4, 128), (16, 8, 256), (16, 2, 256)]), padding=st.integers(0, 40))
 def test_workspace_floats_covers_blocks_that_span_several_query_tiles(device, num_seqs, q_lens, context, heads,
                                                                       padding):
     """DFlash blocks of 512-wide heads (16-row tiles) and of GQA-16 groups span several query tiles

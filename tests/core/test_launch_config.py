@@ -95,12 +95,6 @@ def test_128_row_tiles_overlap_scores_with_softmax_at_page_1(device, batch, cont
     assert not _dflash(8, 4096, page=1, group=8).overlap_qk         # split-KV
 
 
-def test_head_dim_256_keeps_its_narrow_tile(device):
-    device(**H200)
-    cfg = _dflash(32, 16384, head_dim=256)
-    assert (cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.page_ids_asm) == (32, 8, 2, True)
-
-
 def test_the_same_shapes_always_give_the_same_launch(device):
     device(**H200)
     assert _dflash(8, 4096) == _dflash(8, 4096)
@@ -234,3 +228,24 @@ def test_512_wide_heads_take_taller_tiles_of_8_warps(device, arch, smem, sms, ro
     assert (decode.block_m, decode.num_warps) == (16, 4)
     device("sm_89", smem=100 * 1024, sms=128)
     assert _dflash(32, 16384, group=8, head_dim=512, kv_heads=2).block_m == 16
+
+
+@pytest.mark.parametrize("heads,batch,q_len,rows", [((16, 2, 256), 4, 16, 128), ((16, 2, 256), 1, 16, 64),
+                                                   ((16, 2, 256), 4, 8, 64), ((16, 8, 256), 4, 16, 32),
+                                                   ((16, 2, 256), 4, 1, 16), ((16, 8, 256), 4, 4096, 64),
+                                                   ((16, 2, 256), 4, 4096, 64)])
+def test_256_wide_heads_take_64_key_tiles_on_hopper(device, heads, batch, q_len, rows):
+    """Qwen3-Next / Qwen3.5 full-attention layers (16 q / 2 kv) and Gemma-4 sliding layers (16 / 8)
+    of 256: 64-key tiles (H200: 1.4-2x the 32-key tiles over 8 warps at every workload), over 4
+    warps, or 8 for a whole q16 block of a GQA-8 group in 128 rows where the call fills the GPU
+    (not batch 1, not prefill); 32-key tiles where 160 KB of shared memory do not fit."""
+    hq, hkv, d = heads
+    device(**H200)
+    cfg = _dflash(batch, 4096 if q_len > 16 else 16384, q_len=q_len, group=hq // hkv, head_dim=d, kv_heads=hkv)
+    assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.page_ids_asm) == \
+        (rows, 64, 8 if rows >= 128 else 4, 2, True)
+    if rows == 128:
+        assert batch * hkv * cfg.num_splits <= H200["sms"]  # one program per SM
+    device("sm_89", smem=100 * 1024, sms=128)
+    cfg = _dflash(batch, 16384, q_len=min(q_len, 16), group=hq // hkv, head_dim=d, kv_heads=hkv)
+    assert (cfg.block_n, cfg.num_warps, cfg.num_stages) == (32, 8, 2) and cfg.block_m <= 64

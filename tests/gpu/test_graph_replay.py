@@ -1,7 +1,8 @@
 """CUDA/HIP-graph capture + replay of the plugin's ops is bit-identical to eager launches.
 
 Covers ops.paged_attention causal and non-causal, one split and forced split-KV (the merge
-kernel is inside the graph too), page sizes 16 and 1, and ops.write_kv_cache with padding slots.
+kernel is inside the graph too), page sizes 16 and 1, 512-wide heads, and ops.write_kv_cache with
+padding slots.
 Replays run on fresh inputs copied into the captured buffers, so a graph that baked in stale
 values (or a host-side decision from the capture-time data) is caught.
 """
@@ -44,7 +45,18 @@ def _capture(fn):
 @pytest.mark.parametrize("splits", [None, 1, 8])
 @pytest.mark.parametrize("page", [16, 1])
 def test_paged_attention_graph_matches_eager(causal, splits, page):
-    q, k, v, table, seq_lens, qsl = _case(batch=3, ctx=1040, page=page)
+    _check_graph(causal, splits, page, heads=(32, 8, 128))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_512_wide_heads_graph_matches_eager(causal):
+    """Gemma-4 global layers: two 64-row tiles of 8 warps per block, split at this small batch."""
+    _check_graph(causal, None, 16, heads=(16, 2, 512))
+
+
+def _check_graph(causal, splits, page, heads):
+    hq, hkv, d = heads
+    q, k, v, table, seq_lens, qsl = _case(batch=3, ctx=1040, page=page, hq=hq, hkv=hkv, d=d)
     ws = torch.empty(32 * q.shape[0] * q.shape[1] * (q.shape[2] + 1), device=q.device)  # 32 splits
     out = torch.full_like(q, float("nan"))
 
@@ -55,7 +67,7 @@ def test_paged_attention_graph_matches_eager(causal, splits, page):
     graph = _capture(launch)
     for seed in (1, 2):
         # New values in the captured buffers: the replay must follow them.
-        q2, k2, v2, *_ = _case(batch=3, ctx=1040, page=page, seed=seed)
+        q2, k2, v2, *_ = _case(batch=3, ctx=1040, page=page, hq=hq, hkv=hkv, d=d, seed=seed)
         q.copy_(q2)
         k.copy_(k2)
         v.copy_(v2)

@@ -180,3 +180,38 @@ def test_512_wide_heads_match_float64(causal, seq_lens):
     ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=causal,
                                     scale=1.0 / 64)
     assert _rel(out, ref) < 1e-2
+
+
+# 256-wide heads (ops/launch_config.py: 64-key tiles on Hopper, q16 blocks of GQA-8 groups in 128
+# rows of 8 warps where they fill the GPU): Qwen3-Next / Qwen3.5
+# full-attention layers (16 q / 2 kv) and Gemma-4 sliding layers (16 / 8, window 1024, softcap 50).
+# (name: seq_lens, q_len, kv heads, window, softcap, causal)
+WIDE_256 = {
+    "qwen3-next q16 verify 8x4K": ([4096] * 8, 16, 2, None, None, True),
+    "qwen3-next q16 draft ragged": ([3000, 77, 1500, 9000], 16, 2, None, None, False),
+    "qwen3-next decode 64x2K": ([2048 - 7 * i for i in range(64)], 1, 2, None, None, True),
+    "qwen3-next prefill 1x2K": ([2048], 2048, 2, None, None, True),
+    "dflash2 q8 window 2048 over 6K": ([6000, 2500], 8, 2, 2048, None, False),
+    "gemma-4 sliding q16 window 1024 softcap": ([5000, 1200, 4096], 16, 8, 1024, 50.0, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WIDE_256))
+def test_256_wide_heads_match_float64(name):
+    seq_lens, q_len, hkv, window, softcap, causal = WIDE_256[name]
+    q, k, v, table, sl, qsl = _build(seq_lens, 16, q_len=q_len, hq=16, hkv=hkv, d=256)
+    launch = ops.describe_launch(num_tokens=q.shape[0], num_seqs=len(seq_lens), num_q_heads=16, num_kv_heads=hkv,
+                                 head_dim=256, page_size=16, kv_capacity=table.shape[1] * 16, causal=causal,
+                                 max_query_len=q_len, sliding_window=window, softcap=softcap,
+                                 device=q.device).launch
+    if torch.version.cuda and torch.cuda.get_device_capability() == (9, 0):
+        assert (launch.block_n, launch.num_warps) == (64, 8 if launch.block_m >= 128 else 4), launch
+        assert (launch.block_m == 128) == name.startswith("qwen3-next q16"), launch
+    out = torch.full_like(q, float("nan"))
+    ops.paged_attention(q, k, v, table, sl, qsl, causal=causal, out=out, max_query_len=q_len, scale=1.0 / 16,
+                        sliding_window=window, softcap=softcap)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all()
+    ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=causal,
+                                    scale=1.0 / 16, sliding_window=window, softcap=softcap)
+    assert _rel(out, ref) < 1e-2
