@@ -170,7 +170,20 @@ for workload in prefill chunked decode gqa8; do
         dflash-rocm bench --workload "$workload" --peers benchmarks/.peers --peer-names sdpa_flash,sdpa_cudnn \
         --json "$OUT/bench-$workload.json"
 done
-# Gemma-4 (26B-A4B layouts): global layers' 512-wide heads (16-row tiles), sliding layers' 256-wide with window 1024.
+# Gemma-4 (26B-A4B layouts): global layers' 512-wide heads (taller tiles of 8 warps), sliding layers' 256-wide
+# with window 1024; Qwen3-Next / Qwen3.5 full-attention layers (16 q / 2 kv heads of 256), q16 and decode.
+step "kernel benchmark, Qwen3-Next / Qwen3.5 full-attention layers (head_dim 256)" "$OUT/bench-qwen3-next.log" \
+    dflash-rocm bench --models qwen3-next --targets-only --pages 16 --json "$OUT/bench-qwen3-next.json"
+step "kernel benchmark, Qwen3-Next decode" "$OUT/bench-qwen3-next-decode.log" \
+    dflash-rocm bench --models qwen3-next --modes verify --q-len 1 --shapes 64x8K,16x16K,1x32K --pages 16 \
+    --json "$OUT/bench-qwen3-next-decode.json"
+# On the H200 256-wide heads ran 1.4-2x faster in 64-key tiles than in 32 (benchmarks/NOTES.md "v7 -> v8");
+# AMD's 256-wide tiles (32 keys) against 64 and 16.
+for force in block_n=64 block_n=16; do
+    step "kernel benchmark, Qwen3-Next, --force $force" "$OUT/bench-qwen3-next-${force/=/-}.log" \
+        dflash-rocm bench --models qwen3-next --targets-only --pages 16 --force "$force" \
+        --json "$OUT/bench-qwen3-next-${force/=/-}.json"
+done
 step "kernel benchmark, Gemma-4 global layers (head_dim 512)" "$OUT/bench-gemma4-global.log" \
     dflash-rocm bench --models gemma-4-global --targets-only --pages 16 --json "$OUT/bench-gemma4-global.json"
 step "kernel benchmark, Gemma-4 sliding layers (head_dim 256, window 1024)" "$OUT/bench-gemma4-sliding.log" \

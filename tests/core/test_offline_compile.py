@@ -43,6 +43,11 @@ CASES = [
     ("gemma-4 global d512 draft 8x4K p16", 16, 2, 512, 8, 4096, 16, False, {}),
     ("gemma-4 global d512 verify 1x32K p16 split", 16, 2, 512, 1, 32768, 16, True, {}),
     ("gemma-4 sliding d256 verify 32x8K p16 window", 16, 4, 256, 32, 8192, 16, True, dict(window=512)),
+    # Qwen3-Next / Qwen3.5 full-attention layers: 256-wide heads, GQA 8 (on sm_90 the q16 block in 128 rows).
+    ("qwen3-next d256 verify 32x16K p16", 16, 2, 256, 32, 16384, 16, True, {}),
+    ("qwen3-next d256 draft 1x32K p16 split", 16, 2, 256, 1, 32768, 16, False, {}),
+    ("qwen3-next d256 verify 32x16K p16 fp8", 16, 2, 256, 32, 16384, 16, True, dict(cache="native")),
+    ("qwen3-next d256 prefill 1x4K p16", 16, 2, 256, 1, 4096, 16, True, dict(q_len=4096)),
     # The target's other attention on the plugin: decode (q 1), prefill (q = context), chunked prefill.
     ("qwen3-8b decode 64x8K p16", 32, 8, 128, 64, 8192, 16, True, dict(q_len=1)),
     ("qwen3-8b decode 1x32K p16 split", 32, 8, 128, 1, 32768, 16, True, dict(q_len=1)),
