@@ -26,6 +26,8 @@ import time
 
 import torch
 
+from host_cost import eager_call  # this folder: the scripts run as ``python benchmarks/<name>.py``
+
 
 def _per_call_us(fn, calls: int) -> float:
     """Host microseconds per call, with the stream held behind a sleep so that no call waits for
@@ -47,8 +49,6 @@ def child(calls: int, peers_dir: str | None) -> dict:
     import triton.language as tl
 
     from dflash_rocm_plugin import ops
-    from dflash_rocm_plugin.bench import inputs
-    from dflash_rocm_plugin.bench.shapes import Shape
     from dflash_rocm_plugin.ops import _runtime, backends, call_cache, workspace
     from dflash_rocm_plugin.ops.backends import triton as triton_backend
 
@@ -74,16 +74,9 @@ def child(calls: int, peers_dir: str | None) -> dict:
     }}
     for label, mode, batch, context, q_len in (("verify q16 8x4K", "verify", 8, 4096, 16),
                                                ("decode q1 64x1K", "verify", 64, 1024, 1)):
-        shape = Shape("qwen3-8b", mode, batch, context, 16, q_len=q_len)
-        case = inputs.build(shape, device)
-        hq, hkv, d = shape.heads
-        out = torch.empty_like(case.q)
-        ws = torch.empty(max(1, ops.workspace_floats(num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
-                                                     max_num_seqs=batch, max_kv_len=context)),
-                         dtype=torch.float32, device=device)
+        shape, case, tensors, kw = eager_call(mode, batch, context, q_len, device)
+        out, ws = kw["out"], kw["workspace"]
         table = case.block_tables[0]
-        tensors = (case.q, case.k_cache, case.v_cache, table, case.seq_lens, case.query_start_loc)
-        kw = dict(causal=shape.causal, out=out, max_query_len=q_len, workspace=ws)
         ops.paged_attention(*tensors, **kw)
         key_args = (*tensors, None, None, None, out, ws, shape.causal, None, None, None, q_len, None, None)
         key = call_cache.key(*key_args)

@@ -56,10 +56,26 @@ def _timed(fn, calls: int) -> dict:
     return dict(issue_us=(issued - t0) / calls * 1e6, wall_us=(done - t0) / calls * 1e6, gpu_us=gpu)
 
 
-def child(calls: int, peers_dir: str | None) -> dict:
+def eager_call(mode: str, batch: int, context: int, q_len: int, device):
+    """(shape, case, tensors, keywords) of one Qwen3-8B ``ops.paged_attention`` call as a host makes
+    it: page 16, its own output and a workspace sized by ``ops.workspace_floats``."""
     from dflash_rocm_plugin import ops
     from dflash_rocm_plugin.bench import inputs
     from dflash_rocm_plugin.bench.shapes import Shape
+
+    shape = Shape("qwen3-8b", mode, batch, context, 16, q_len=q_len)
+    case = inputs.build(shape, device)
+    hq, hkv, d = shape.heads
+    ws = torch.empty(max(1, ops.workspace_floats(num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
+                                                 max_num_seqs=batch, max_kv_len=context)),
+                     dtype=torch.float32, device=device)
+    tensors = (case.q, case.k_cache, case.v_cache, case.block_tables[0], case.seq_lens, case.query_start_loc)
+    return shape, case, tensors, dict(causal=shape.causal, out=torch.empty_like(case.q), max_query_len=q_len,
+                                      workspace=ws)
+
+
+def child(calls: int, peers_dir: str | None) -> dict:
+    from dflash_rocm_plugin import ops
 
     device = torch.device("cuda")
     results = {}
@@ -71,18 +87,12 @@ def child(calls: int, peers_dir: str | None) -> dict:
             results["vllm_unified_error"] = peer
             peer = None
     for label, mode, batch, context, q_len in SHAPES:
-        shape = Shape("qwen3-8b", mode, batch, context, 16, q_len=q_len)
-        case = inputs.build(shape, device)
+        shape, case, args, kw = eager_call(mode, batch, context, q_len, device)
         hq, hkv, d = shape.heads
-        out = torch.empty_like(case.q)
-        ws = torch.empty(max(1, ops.workspace_floats(num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
-                                                     max_num_seqs=batch, max_kv_len=context)),
-                         dtype=torch.float32, device=device)
         table = case.block_tables[0]
-        args = (case.q, case.k_cache, case.v_cache, table, case.seq_lens, case.query_start_loc)
 
         def plugin():
-            ops.paged_attention(*args, causal=shape.causal, out=out, max_query_len=q_len, workspace=ws)
+            ops.paged_attention(*args, **kw)
         launch = ops.describe_launch(num_tokens=batch * q_len, num_seqs=batch, num_q_heads=hq, num_kv_heads=hkv,
                                      head_dim=d, page_size=16, kv_capacity=table.shape[1] * 16,
                                      causal=shape.causal, max_query_len=q_len, device=device).launch
@@ -94,7 +104,7 @@ def child(calls: int, peers_dir: str | None) -> dict:
             except Exception as exc:  # noqa: BLE001 - a peer that fails is reported
                 row["vllm_unified"] = f"{type(exc).__name__}: {exc}"
         results[label] = row
-        del case, out, ws
+        del case, args, kw
         torch.cuda.empty_cache()
     return results
 
