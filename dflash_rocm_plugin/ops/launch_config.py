@@ -131,7 +131,7 @@ def _arch_defaults(arch: str, head_dim_pad: int, block_m: int, smem: int) -> tup
         # H200, TB/s (prefill TFLOP/s), 64-key tiles over 4 warps against 32-key tiles over 8:
         # q16 verify 16/2 32 x 16K 1.92 vs 1.02, 8 x 4K 1.21 vs 0.81, 1 x 32K 1.39 vs 0.88; Gemma-4
         # sliding q16 draft (window 1024) 3.55 vs 2.41; decode 4.09 vs 3.36 (64 x 8K) and 4.47 vs
-        # 3.50; prefill 1 x 4K 296 vs 149 (NOTES.md, "256-wide heads").  Two 32 KB K/V stages and
+        # 3.50; prefill 1 x 4K 296 vs 149 (benchmarks/NOTES.md, "v7 -> v8").  Two 32 KB K/V stages and
         # the Q tile need 160 KB of shared memory; smaller parts keep 32-key tiles.
         return (64, 8 if block_m >= 128 else 4, 2) if smem >= _DEEP_STAGES_SMEM else (32, 8, 2)
     return 32, 4, 2  # 512: two 32 KB K/V stages; the tile's rows and warps in ``_wide_head_rows``.
@@ -258,8 +258,8 @@ def _wide_head_rows(arch: str, head_dim_pad: int, device_index: int | None) -> i
     (16-row tiles).  16 rows hold two queries of a GQA-8 group, so each K/V tile is read by eight
     programs of a q16 block.
 
-    NVIDIA, measured on the H200 (q16 verify, 16 q / 2 kv heads, page 16; benchmarks/NOTES.md,
-    "512-wide heads"): 64 rows over 8 warps with two 32-key stages (192 KB of shared memory, one
+    NVIDIA, measured on the H200 (q16 verify, 16 q / 2 kv heads, page 16; benchmarks/NOTES.md
+    "v7 -> v8"): 64 rows over 8 warps with two 32-key stages (192 KB of shared memory, one
     program per SM) stream 1.31 TB/s at 32 x 16K against 0.87 for 16 rows over 4 warps (32 rows
     over 4 warps 1.15, over 8 warps 0.64; 128 rows do not fit), and 1.08 against 0.79 at 1 x 32K
     with 32 splits.  Parts with less shared memory keep 16 rows (unmeasured).
