@@ -2,7 +2,8 @@
 
 32 query / 8 KV heads, head_dim 128, 16-token DFlash blocks, causal (verify) and non-causal
 (draft), page 16 and page 1, contexts up to 8K, with and without split-KV, ragged batches whose
-lengths are not page or tile multiples.  Outputs are poisoned with NaN first.  bf16 operands
+lengths are not page or tile multiples; the target's other calls and 256- / 512-wide heads.  Outputs
+and every cache slot no sequence owns are NaN before each call.  bf16 operands
 with fp32 accumulation land near 3e-3 relative error; the bound is 1e-2.
 """
 
@@ -30,6 +31,14 @@ def _build(seq_lens, page, q_len=16, hq=32, hkv=8, d=128, seed=0):
     for i, n in enumerate(pages):
         table[i, :n] = perm[at:at + n]
         at += n
+    # NaN in every slot no sequence owns (free pages, the last page's slots past the end): a kernel
+    # that reads one, even to multiply it by zero, fails the test.
+    owned = torch.zeros(k.shape[:2], dtype=torch.bool, device="cuda")
+    for i, (s, n) in enumerate(zip(seq_lens, pages)):
+        owned[table[i, :n].long()] = True
+        owned[table[i, n - 1].long(), s - page * (n - 1):] = False
+    k[~owned] = float("nan")
+    v[~owned] = float("nan")
     q_lens = [min(q_len, s) for s in seq_lens]
     qsl = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32, device="cuda")
     q = torch.randn(int(qsl[-1]), hq, d, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -139,13 +148,6 @@ OTHER_CALLS = {
 def test_the_target_s_other_calls_match_float64(name):
     seq_lens, q_len, hq, hkv, rows, keys = OTHER_CALLS[name]
     q, k, v, table, sl, qsl = _build(seq_lens, 16, q_len=q_len, hq=hq, hkv=hkv)
-    owned = torch.zeros(k.shape[:2], dtype=torch.bool, device="cuda")
-    for i, n in enumerate(seq_lens):
-        pages = table[i, : -(-n // 16)].long()
-        owned[pages] = True
-        owned[pages[-1], n - 16 * (len(pages) - 1):] = False  # the last page's slots past the end
-    k[~owned] = float("nan")
-    v[~owned] = float("nan")
     launch = ops.describe_launch(num_tokens=q.shape[0], num_seqs=len(seq_lens), num_q_heads=hq, num_kv_heads=hkv,
                                  head_dim=128, page_size=16, kv_capacity=table.shape[1] * 16, causal=True,
                                  max_query_len=q_len, device=q.device).launch
