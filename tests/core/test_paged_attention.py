@@ -296,3 +296,41 @@ def test_bf16_p_rounded_by_integer_arithmetic_stays_unbiased(monkeypatch, causal
     shift = ((d * exact).sum() / (exact * exact).sum()).item()
     print(f"P rounding: rows change {(d.norm() / exact.norm()).item():.2e}, size {shift:+.2e}")
     assert 0 < (d.norm() / exact.norm()).item() < 4e-3 and abs(shift) < 1.5e-4
+
+
+def _hopper_launch(monkeypatch, *, batch, q_len, hq, hkv, d, context):
+    """The launch ``choose`` makes on an H200 for this call (its device facts pinned), as fields to
+    force under the interpreter; the inline-PTX page ids are NVIDIA assembly, so those are off."""
+    import dataclasses
+    with monkeypatch.context() as m:
+        m.setattr(_runtime, "gpu_arch", lambda index=None: "sm_90")
+        m.setattr(_runtime, "shared_memory_per_block", lambda index: 227 * 1024)
+        m.setattr(_runtime, "multiprocessor_count", lambda index: 132)
+        cfg = launch_config.choose(num_tokens=batch * q_len, num_seqs=batch, num_kv_heads=hkv, group=hq // hkv,
+                                   head_dim=d, kv_capacity=context, max_query_len=q_len, num_splits=None,
+                                   device_index=0, page_size=16)
+    fields = dataclasses.asdict(cfg)
+    fields.update(page_ids_asm=False, mfma_nonkdim=0)
+    return fields
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("heads,batch,rows", [((16, 2, 256), 3, 128), ((16, 8, 256), 3, 32),
+                                              ((16, 2, 512), 2, 64)],
+                         ids=["qwen3-next-128-rows", "gemma4-sliding", "gemma4-global"])
+@pytest.mark.parametrize("cache_dtype", [None, torch.float8_e4m3fn], ids=["fp32", "e4m3fn"])
+def test_the_hopper_wide_head_launches_match_float64(monkeypatch, causal, heads, batch, rows, cache_dtype):
+    """The tiles an H200 takes for 256- and 512-wide heads (64-key tiles, a q16 block of a GQA-8
+    group in 128 rows; 64-row tiles of 8 warps for 512), with their split keys, run here by the
+    interpreter: ragged blocks and lengths, NaN in every unowned slot, fp8 caches too."""
+    hq, hkv, d = heads
+    fields = _hopper_launch(monkeypatch, batch=batch, q_len=16, hq=hq, hkv=hkv, d=d, context=4096)
+    assert fields["block_m"] == rows and fields["num_splits"] > 1
+    fields["num_splits"] = min(fields["num_splits"], 3)  # the same split loop over fewer keys
+    seq_lens = [70 + 37 * i for i in range(batch)]
+    q_lens = [16 - (i % 3) * 5 for i in range(batch)]  # 16, 11, 6 rows: full and partial tiles
+    case = build(seq_lens, q_lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, cache_dtype=cache_dtype, seed=7)
+    with launch_config.forced(**fields):
+        check(case, causal=causal, scale=d ** -0.5, max_query_len=16,
+              k_scale=None if cache_dtype is None else torch.tensor([0.5]),
+              v_scale=None if cache_dtype is None else torch.tensor([2.0]))
