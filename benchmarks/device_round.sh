@@ -7,6 +7,8 @@
 #   FP8       fp8 caches: the default launch, then each opt-in fp8 launch (time and error)
 #   HOSTCOST  host cost of one eager call (benchmarks/host_cost.py), direct relaunch on and off
 #   WORKLOADS the target's prefill, chunked prefill and decode, and GQA-8 q16, beside SDPA and vLLM
+#   WIDE      256- and 512-wide heads (Qwen3-Next / Qwen3.5, Gemma-4 layouts): q16 and decode beside vLLM
+#   PARITY    the windowed draft against the same keys, interleaved in one process (window_parity.py)
 set -u
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 PARTS="${1:-variants,splits}"; BENCH="${2:-1}"; TESTS="${3:-1}"
@@ -53,6 +55,20 @@ if [[ "${WORKLOADS:-0}" == 1 ]]; then
 fi
 if [[ "${HOSTCOST:-0}" == 1 ]]; then
     timeout 120 python3 benchmarks/host_cost.py --json "$OUT/host-cost.json" 2>&1 | tee "$OUT/host-cost.txt"
+    timeout 120 python3 benchmarks/host_breakdown.py --pin --json "$OUT/host-breakdown.json" 2>&1 \
+        | tee "$OUT/host-breakdown.txt"
+fi
+if [[ "${WIDE:-0}" == 1 ]]; then
+    timeout 120 $B --models qwen3-next,gemma-4-global --targets-only --pages 16 --peers benchmarks/.peers \
+        --peer-names vllm_unified --json "$OUT/wide-q16.json" 2>&1 | grep -v "^  " | tee "$OUT/wide.txt"
+    timeout 100 $B --models gemma-4-sliding --window 1024 --targets-only --pages 16 --peers benchmarks/.peers \
+        --peer-names vllm_unified --json "$OUT/wide-sliding.json" 2>&1 | grep -v "^  " | tee -a "$OUT/wide.txt"
+    timeout 90 $B --models qwen3-next,gemma-4-sliding --modes verify --q-len 1 --shapes 64x8K,16x16K,1x32K \
+        --pages 16 --peers benchmarks/.peers --peer-names vllm_unified --json "$OUT/wide-decode.json" 2>&1 \
+        | grep -v "^  " | tee -a "$OUT/wide.txt"
+fi
+if [[ "${PARITY:-0}" == 1 ]]; then
+    timeout 120 python3 benchmarks/window_parity.py --json "$OUT/window-parity.json" 2>&1 | tee "$OUT/window-parity.txt"
 fi
 GPU_TESTS_A="tests/gpu/test_direct_launch.py tests/gpu/test_fp8_opt_in_launches.py tests/gpu/test_fp8_sinks_window.py"
 GPU_TESTS_B="tests/gpu/test_graph_replay.py tests/gpu/test_numerics_bf16.py tests/gpu/test_tune_on_gpu.py tests/gpu/test_window_drafts.py"
