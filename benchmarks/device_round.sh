@@ -63,8 +63,11 @@ if [[ "${WIDE:-0}" == 1 ]]; then
         --peer-names vllm_unified --json "$OUT/wide-q16.json" 2>&1 | grep -v "^  " | tee "$OUT/wide.txt"
     timeout 100 $B --models gemma-4-sliding --window 1024 --targets-only --pages 16 --peers benchmarks/.peers \
         --peer-names vllm_unified --json "$OUT/wide-sliding.json" 2>&1 | grep -v "^  " | tee -a "$OUT/wide.txt"
-    timeout 90 $B --models qwen3-next,gemma-4-sliding --modes verify --q-len 1 --shapes 64x8K,16x16K,1x32K \
-        --pages 16 --peers benchmarks/.peers --peer-names vllm_unified --json "$OUT/wide-decode.json" 2>&1 \
+    timeout 120 $B --models qwen3-next,gemma-4-sliding,gemma-4-global --modes verify --q-len 1 \
+        --shapes 64x8K,16x16K,1x32K --pages 16 --peers benchmarks/.peers --peer-names vllm_unified \
+        --json "$OUT/wide-decode.json" 2>&1 | grep -v "^  " | tee -a "$OUT/wide.txt"
+    timeout 120 $B --models qwen3-next,gemma-4-global --modes verify --q-len 4096 --shapes 1x4K,2x8K --pages 16 \
+        --peers benchmarks/.peers --peer-names vllm_unified --json "$OUT/wide-prefill.json" 2>&1 \
         | grep -v "^  " | tee -a "$OUT/wide.txt"
 fi
 if [[ "${PARITY:-0}" == 1 ]]; then
