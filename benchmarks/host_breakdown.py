@@ -65,7 +65,7 @@ def child(calls: int, peers_dir: str | None) -> dict:
     x = torch.zeros(1, device=device)
     compiled_touch = _touch[(1,)](x)
     stream = torch.cuda.current_stream().cuda_stream
-    rows = {"cpu": os.sched_getaffinity(0).__len__(), "floors": {
+    rows = {"cpu": len(os.sched_getaffinity(0)), "floors": {
         "torch.empty_like(1 float)": _per_call_us(lambda: torch.empty_like(x), calls),
         "1-argument kernel, CompiledKernel.run": _per_call_us(
             lambda: compiled_touch.run(1, 1, 1, stream, compiled_touch.function, compiled_touch.packed_metadata,

@@ -26,12 +26,7 @@ from dflash_rocm_plugin.bench.shapes import Shape
 def measure(case, **forced):
     s = case.shape
     outs = [torch.full_like(case.q, float("nan")) for _ in case.block_tables]
-
-    def call(i):
-        return lambda: ops.paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables[i],
-                                           case.seq_lens, case.query_start_loc, causal=s.causal,
-                                           out=outs[i], max_query_len=s.q_len, **case.features())
-    calls = [call(i) for i in range(case.copies)]
+    calls = case.plugin_calls(outs)
     with ops.forced_launch(**forced):
         try:
             calls[0]()
@@ -164,8 +159,8 @@ def main() -> int:
             ("fp8 BN64 W4 S=4", dict(block_n=64, num_warps=4, num_stages=4)),
             ("fp8 BN32 W4 S=5", dict(block_n=32, num_warps=4, num_stages=5)),
             ("fp8 ovl BN64 W4 S=4", dict(block_n=64, num_warps=4, num_stages=4, overlap_qk=True)),
-            # 512-wide heads (--model gemma-4-global, GQA 8): the chosen 16-row tiles (2 queries, so
-            # each K/V tile is read by 8 programs of a q16 block) against taller ones.
+            # 512-wide heads (--model gemma-4-global, GQA 8): the rules' tile against 16-row tiles of
+            # 4 warps (v7's; 2 queries, so each K/V tile is read by 8 programs of a q16 block) and others.
             ("d512 default", {}),
             ("d512 rows32 W4", dict(block_q=4, block_m=32, num_warps=4)),
             ("d512 rows32 W8", dict(block_q=4, block_m=32, num_warps=8)),

@@ -19,7 +19,6 @@ import sys
 
 import torch
 
-from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.bench import inputs, timing
 from dflash_rocm_plugin.bench.shapes import Shape
 
@@ -28,14 +27,7 @@ SAME_KEYS = 2064  # W + 15 rounded up to a page of 16
 
 
 def _calls(case):
-    s = case.shape
-    outs = [torch.empty_like(case.q) for _ in case.block_tables]
-
-    def call(i):
-        return lambda: ops.paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables[i], case.seq_lens,
-                                           case.query_start_loc, causal=s.causal, out=outs[i],
-                                           max_query_len=s.q_len, **case.features())
-    return [call(i) for i in range(case.copies)]
+    return case.plugin_calls([torch.empty_like(case.q) for _ in case.block_tables])
 
 
 def main(argv=None) -> int:

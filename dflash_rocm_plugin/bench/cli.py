@@ -215,12 +215,7 @@ def run(args, device) -> int:
         # Owned by the caller, as a host owns it: graph capture below never allocates.
         ws = torch.empty(plan.workspace_floats, dtype=torch.float32, device=device) if plan.workspace_floats else None
 
-        def plugin_call(i):
-            return lambda: ops.paged_attention(
-                case.q, case.k_cache, case.v_cache, case.block_tables[i], case.seq_lens,
-                case.query_start_loc, causal=shape.causal, out=outs[i], max_query_len=shape.q_len,
-                workspace=ws, **case.features())
-        calls = [plugin_call(i) for i in range(case.copies)]
+        calls = case.plugin_calls(outs, workspace=ws)
         calls[0]()
         row = dict(base, impl="plugin", copies=case.copies, rel_err=inputs.rel_error(outs[0], ref))
         row["launch"] = ({"backend": plan.backend, **{k: getattr(plan.launch, k) for k in plan.launch.__dataclass_fields__}}

@@ -39,6 +39,18 @@ class Case:
     def copies(self) -> int:
         return len(self.block_tables)
 
+    def plugin_calls(self, outs: list, **kwargs) -> list:
+        """One ``ops.paged_attention`` call per copy, copy ``i`` writing ``outs[i]``; ``kwargs``
+        (workspace, backend) join the case's own arguments."""
+        from dflash_rocm_plugin import ops
+        s = self.shape
+
+        def call(i):
+            return lambda: ops.paged_attention(
+                self.q, self.k_cache, self.v_cache, self.block_tables[i], self.seq_lens, self.query_start_loc,
+                causal=s.causal, out=outs[i], max_query_len=s.q_len, **kwargs, **self.features())
+        return [call(i) for i in range(self.copies)]
+
 
 def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0, shuffle: bool = True,
           pool_context: int | None = None) -> Case:

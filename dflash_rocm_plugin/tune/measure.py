@@ -116,14 +116,7 @@ class BucketBench:
                                 kv_keys=self.kv_keys, page_size=s.page)
 
     def _calls(self, backend: str) -> list:
-        case, s = self.case, self.shape
-
-        def call(i):
-            return lambda: ops.paged_attention(
-                case.q, case.k_cache, case.v_cache, case.block_tables[i], case.seq_lens, case.query_start_loc,
-                causal=s.causal, out=self.outs[i], max_query_len=s.q_len, workspace=self.workspace,
-                backend=backend, **case.features())
-        return [call(i) for i in range(case.copies)]
+        return self.case.plugin_calls(self.outs, workspace=self.workspace, backend=backend)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
