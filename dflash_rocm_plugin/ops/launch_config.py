@@ -153,12 +153,15 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     head_dim_pad = max(16, _runtime.next_power_of_2(head_dim))
     # Query rows per tile: 64, or 128 when the group is large and the head is
     # small enough for the accumulator to stay in registers; 16 for heads above 256, whose
-    # [rows, 512] fp32 accumulator would otherwise not fit in registers.
+    # [rows, 512] fp32 accumulator would otherwise not fit in registers, unless the GPU has room
+    # for a taller tile (``_wide_head_rows``).
     rows = 16 if head_dim_pad > 256 else (128 if (group >= 8 and head_dim_pad <= 128) else 64)
     arch = _runtime.gpu_arch(device_index)
-    wide_head_rows = _wide_head_rows(arch, head_dim_pad, device_index)
+    smem = _runtime.shared_memory_per_block(device_index)
+    sms = _runtime.multiprocessor_count(device_index)
+    wide_head_rows = _wide_head_rows(arch, head_dim_pad, smem)
     rows = wide_head_rows or _hopper_256_group_rows(arch, head_dim_pad, group, num_tokens, num_seqs, num_kv_heads,
-                                                    device_index) or rows
+                                                    smem, sms) or rows
     # Prefill on Hopper: long query blocks are compute-bound, and taller tiles reuse each K/V tile
     # for more rows.  H200, Qwen3-8B heads, TFLOP/s against 64-row tiles: 256 rows (8 warps,
     # 3 stages) 1 x 8K 410 vs 360, 1 x 32K 459 vs 376; 128 rows 4 x 4K 387 vs 364 (256: 370).
@@ -172,14 +175,13 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     block_q, block_m = _tile_rows(max(1, rows // group), group, max_query_len)
     if window is not None:
         kv_capacity = min(kv_capacity, window + block_q - 1)
-    block_n, num_warps, num_stages = _arch_defaults(arch, head_dim_pad, block_m,
-                                                    _runtime.shared_memory_per_block(device_index))
+    block_n, num_warps, num_stages = _arch_defaults(arch, head_dim_pad, block_m, smem)
     wide_head_tile = bool(wide_head_rows) and block_m >= 32  # a decode's 16-row tile stays as it was
     if wide_head_tile:
         num_warps = 8
     if (arch.startswith("sm_") and block_q == 1 and block_m <= 16 and head_dim_pad <= 128
             and (page_size is None or page_size >= 16)
-            and _runtime.shared_memory_per_block(device_index) >= _DEEP_STAGES_SMEM):
+            and smem >= _DEEP_STAGES_SMEM):
         # Decode (one query per sequence): 128-key tiles, two deep.  H200, Qwen3-8B heads, page 16,
         # TB/s against 64-key tiles at 3 stages: 16 x 16K 4.28 vs 4.16, 1 x 32K 3.32 vs 3.15,
         # 256 x 2K 4.21 vs 4.28; 64 x 8K 4.28, its tuned entry's launch (NOTES.md, "v6 -> v7").
@@ -205,14 +207,14 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             # 64 KB of LDS).
             tall = (arch.startswith("sm_") and block_m >= 128) or wide_head_tile
             per_sm = 1 if tall else PROGRAMS_PER_SM
-            slots = per_sm * _runtime.multiprocessor_count(device_index)
+            slots = per_sm * sms
             by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
             num_splits = max(1, min(slots // programs, by_length, MAX_SPLITS))
     page_ids_asm = overlap_qk = False
     if arch.startswith("sm_") and not _runtime.interpreting():
         page_ids_asm = True
         tiles = -(-kv_capacity // (num_splits * block_n))
-        if _runtime.shared_memory_per_block(device_index) < _DEEP_STAGES_SMEM:
+        if smem < _DEEP_STAGES_SMEM:
             # Consumer and older NVIDIA parts (~100-164 KB): two K/V buffers fit.  Unmeasured.
             num_stages = min(num_stages, 2)
         elif num_stages == 3 and num_splits == 1 and (
@@ -253,7 +255,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     return launch
 
 
-def _wide_head_rows(arch: str, head_dim_pad: int, device_index: int | None) -> int:
+def _wide_head_rows(arch: str, head_dim_pad: int, smem: int) -> int:
     """Heads above 256 (Gemma-4 global layers, 512): query rows per tile, over 8 warps; 0 elsewhere
     (16-row tiles).  16 rows hold two queries of a GQA-8 group, so each K/V tile is read by eight
     programs of a q16 block.
@@ -271,13 +273,13 @@ def _wide_head_rows(arch: str, head_dim_pad: int, device_index: int | None) -> i
         return 0
     if arch.startswith("gfx"):
         return 64 if arch.startswith("gfx94") else 32
-    if arch.startswith("sm_") and _runtime.shared_memory_per_block(device_index) >= _DEEP_STAGES_SMEM:
+    if arch.startswith("sm_") and smem >= _DEEP_STAGES_SMEM:
         return 64
     return 0
 
 
 def _hopper_256_group_rows(arch: str, head_dim_pad: int, group: int, num_tokens: int, num_seqs: int,
-                           num_kv_heads: int, device_index: int | None) -> int:
+                           num_kv_heads: int, smem: int, sms: int) -> int:
     """128 rows (8 warps, 64-key tiles, one program per SM) for DFlash blocks of 256-wide heads in
     GQA groups of 8 or more on Hopper, where the call still fills the GPU; 0 elsewhere.  A q16 block
     of Qwen3-Next / Qwen3.5 heads (16 q / 2 kv) then reads each K/V tile once instead of twice.
@@ -287,9 +289,9 @@ def _hopper_256_group_rows(arch: str, head_dim_pad: int, group: int, num_tokens:
     (prefill) keep 64 rows: measured there only."""
     if (not arch.startswith("sm_") or head_dim_pad != 256 or group < 8 or num_seqs < 1
             or num_tokens > num_seqs * SPLIT_QUERY_ROWS
-            or _runtime.shared_memory_per_block(device_index) < _DEEP_STAGES_SMEM):
+            or smem < _DEEP_STAGES_SMEM):
         return 0
-    return 128 if num_seqs * num_kv_heads * MAX_SPLITS >= _runtime.multiprocessor_count(device_index) else 0
+    return 128 if num_seqs * num_kv_heads * MAX_SPLITS >= sms else 0
 
 
 def may_split(num_tokens: int, num_seqs: int, block_q: int) -> bool:
