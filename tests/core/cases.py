@@ -79,6 +79,16 @@ def build(seq_lens, q_lens, *, num_q_heads=4, num_kv_heads=2, head_dim=32, block
     return PagedCase(q, k_cache, v_cache, table, torch.tensor(seq_lens, dtype=torch.int32), qsl, padding_rows)
 
 
+def pin_gpu(monkeypatch, arch: str, smem: int, sms: int) -> None:
+    """Make the launch choice see this GPU (architecture, shared memory a block may use,
+    multiprocessors), compiling rather than interpreting, for the rest of ``monkeypatch``'s scope."""
+    from dflash_rocm_plugin.ops import _runtime
+    monkeypatch.setattr(_runtime, "gpu_arch", lambda index=None: arch)
+    monkeypatch.setattr(_runtime, "shared_memory_per_block", lambda index: smem)
+    monkeypatch.setattr(_runtime, "multiprocessor_count", lambda index: sms)
+    monkeypatch.setattr(_runtime, "interpreting", lambda: False)
+
+
 def poisoned_like(t: torch.Tensor) -> torch.Tensor:
     return torch.full_like(t, float("nan"))
 

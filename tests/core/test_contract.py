@@ -23,7 +23,7 @@ from hypothesis import given, settings, strategies as st
 from dflash_rocm_plugin import __version__, ops
 from dflash_rocm_plugin.ops import _runtime, tuned, workspace
 from dflash_rocm_plugin.ops.backends import triton as triton_backend
-from tests.core.cases import build, check_against_reference
+from tests.core.cases import build, check_against_reference, pin_gpu
 from tests.core.conftest import clear_tuned_caches
 
 DEVICES = {"H200": ("sm_90", 227 * 1024, 132), "MI300X": ("gfx942", 64 * 1024, 304),
@@ -31,11 +31,7 @@ DEVICES = {"H200": ("sm_90", 227 * 1024, 132), "MI300X": ("gfx942", 64 * 1024, 3
 
 
 def pin(monkeypatch, name):
-    arch, smem, sms = DEVICES[name]
-    monkeypatch.setattr(_runtime, "gpu_arch", lambda index=None: arch)
-    monkeypatch.setattr(_runtime, "shared_memory_per_block", lambda index: smem)
-    monkeypatch.setattr(_runtime, "multiprocessor_count", lambda index: sms)
-    monkeypatch.setattr(_runtime, "interpreting", lambda: False)
+    pin_gpu(monkeypatch, *DEVICES[name])
 
 
 def test_supported_layers_have_no_reason():

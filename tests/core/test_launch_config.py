@@ -7,6 +7,7 @@ import pytest
 
 from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.ops import _runtime, launch_config
+from tests.core.cases import pin_gpu
 
 H200 = dict(arch="sm_90", smem=227 * 1024, sms=132)
 
@@ -14,10 +15,7 @@ H200 = dict(arch="sm_90", smem=227 * 1024, sms=132)
 @pytest.fixture
 def device(monkeypatch):
     def pin(arch, smem=227 * 1024, sms=132):
-        monkeypatch.setattr(_runtime, "gpu_arch", lambda index=None: arch)
-        monkeypatch.setattr(_runtime, "shared_memory_per_block", lambda index: smem)
-        monkeypatch.setattr(_runtime, "multiprocessor_count", lambda index: sms)
-        monkeypatch.setattr(_runtime, "interpreting", lambda: False)
+        pin_gpu(monkeypatch, arch, smem, sms)
     return pin
 
 

@@ -12,7 +12,8 @@ import re
 import pytest
 
 from dflash_rocm_plugin import ops
-from dflash_rocm_plugin.ops import _runtime, launch_config
+from dflash_rocm_plugin.ops import launch_config
+from tests.core.cases import pin_gpu
 from tests.core import offline_compile
 
 DEVICES = {  # arch: (compute units / SMs, shared memory a block may use)
@@ -80,10 +81,7 @@ def _extras(arch, extras):
 def _launch(monkeypatch, arch, hq, hkv, d, batch, context, page, q_len=16, kv_cache_dtype=None):
     sms, smem = DEVICES[arch]
     with monkeypatch.context() as m:
-        m.setattr(_runtime, "gpu_arch", lambda index=None: arch)
-        m.setattr(_runtime, "shared_memory_per_block", lambda index: smem)
-        m.setattr(_runtime, "multiprocessor_count", lambda index: sms)
-        m.setattr(_runtime, "interpreting", lambda: False)
+        pin_gpu(m, arch, smem, sms)
         return launch_config.choose(num_tokens=batch * q_len, num_seqs=batch, num_kv_heads=hkv, group=hq // hkv,
                                     head_dim=d, kv_capacity=context, max_query_len=q_len, num_splits=None,
                                     device_index=0, page_size=page, kv_cache_dtype=kv_cache_dtype)

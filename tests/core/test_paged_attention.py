@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dflash_rocm_plugin import ops, reference
 from dflash_rocm_plugin.ops import _runtime, launch_config
-from tests.core.cases import build, check_against_reference
+from tests.core.cases import build, check_against_reference, pin_gpu
 
 
 def check(case, *, causal, dtype=torch.float32, **kw):
@@ -303,9 +303,7 @@ def _hopper_launch(monkeypatch, *, batch, q_len, hq, hkv, d, context):
     force under the interpreter; the inline-PTX page ids are NVIDIA assembly, so those are off."""
     import dataclasses
     with monkeypatch.context() as m:
-        m.setattr(_runtime, "gpu_arch", lambda index=None: "sm_90")
-        m.setattr(_runtime, "shared_memory_per_block", lambda index: 227 * 1024)
-        m.setattr(_runtime, "multiprocessor_count", lambda index: 132)
+        pin_gpu(m, "sm_90", 227 * 1024, 132)
         cfg = launch_config.choose(num_tokens=batch * q_len, num_seqs=batch, num_kv_heads=hkv, group=hq // hkv,
                                    head_dim=d, kv_capacity=context, max_query_len=q_len, num_splits=None,
                                    device_index=0, page_size=16)
