@@ -9,6 +9,7 @@
 #   WORKLOADS the target's prefill, chunked prefill and decode, and GQA-8 q16, beside SDPA and vLLM
 #   WIDE      256- and 512-wide heads (Qwen3-Next / Qwen3.5, Gemma-4 layouts): q16 and decode beside vLLM
 #   PARITY    the windowed draft against the same keys, interleaved in one process (window_parity.py)
+#   NCU       Nsight Compute stall samples of that pair (q16, 32 x 16K window 2048 against 32 x 2064 keys)
 set -u
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 PARTS="${1:-variants,splits}"; BENCH="${2:-1}"; TESTS="${3:-1}"
@@ -72,6 +73,16 @@ if [[ "${WIDE:-0}" == 1 ]]; then
 fi
 if [[ "${PARITY:-0}" == 1 ]]; then
     timeout 120 python3 benchmarks/window_parity.py --json "$OUT/window-parity.json" 2>&1 | tee "$OUT/window-parity.txt"
+fi
+if [[ "${NCU:-0}" == 1 ]]; then
+    # The per-instruction CSVs are large: only their summary comes back.
+    for c in 16:window=2048 16:context=2064; do
+        timeout 150 ncu -k regex:paged_attention_kernel -c 1 --section SourceCounters --section WarpStateStats \
+            --page source --print-source sass --csv python3 benchmarks/profile_one.py "$c" \
+            > "/tmp/ncu-${c//[:=]/-}.csv" 2>>"$OUT/ncu-stderr.txt"
+    done
+    python3 benchmarks/ncu_stalls.py /tmp/ncu-16-window-2048.csv /tmp/ncu-16-context-2064.csv 2>&1 \
+        | tee "$OUT/ncu-stalls-window-vs-same-keys.txt"
 fi
 GPU_TESTS_A="tests/gpu/test_direct_launch.py tests/gpu/test_fp8_opt_in_launches.py tests/gpu/test_fp8_sinks_window.py"
 GPU_TESTS_B="tests/gpu/test_graph_replay.py tests/gpu/test_numerics_bf16.py tests/gpu/test_tune_on_gpu.py tests/gpu/test_window_drafts.py"

@@ -7,9 +7,9 @@ verify q16 8x4K (attention + split merge) and decode q1 64x1K (one launch) calls
 it times the host's part of each call, issued back to back while the stream is held behind a sleep
 (so no launch waits for the GPU): the call cache's key, the key and its lookup, ``run_prepared``
 (the launch path without the key), each kernel's relaunch, the bare ``CompiledKernel.run`` of each
-kernel (Triton's launcher alone), the whole call, vLLM's unified_attention on the same call (with
-``--peers``), and as floors a one-argument Triton kernel's bare and JIT launches and
-``torch.empty_like``.  Each row is the median of 9 rounds.
+kernel (Triton's launcher alone, given addresses as the relaunch passes them, and given tensors),
+the whole call, vLLM's unified_attention on the same call (with ``--peers``), and as floors a
+one-argument Triton kernel's bare and JIT launches and ``torch.empty_like``.  Each row is the median of 9 rounds.
 Every process runs each stage; ``--processes`` repeats them in fresh processes (the cost has moved
 between processes), the first one pinned to one CPU when ``--pin`` is given.
 """
@@ -101,7 +101,13 @@ def child(calls: int, peers_dir: str | None) -> dict:
         if att.variants:
             compiled = next(iter(att.variants.values()))
             g = launch.grid + (1,) * (3 - len(launch.grid))
+            addresses = [t.data_ptr() for t in pointers]
             stage["attention CompiledKernel.run"] = lambda: compiled.run(
+                g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
+                *addresses, *att.fixed)
+            # What the relaunch paid before it passed addresses: the launcher asks each tensor for
+            # its address and the driver whether the GPU can reach it.
+            stage["attention CompiledKernel.run, tensors"] = lambda: compiled.run(
                 g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
                 *pointers, *att.fixed)
         if launch.partials is not None and launch.merge_launch.variants:
@@ -110,9 +116,10 @@ def child(calls: int, peers_dir: str | None) -> dict:
             mp = (out, p_out, p_lse, case.query_start_loc)
             stage["merge relaunch"] = lambda: merge(kernels.merge_splits_kernel, launch.merge_grid, mp,
                                                     launch.merge_ints, launch.merge_constexprs)
+            merge_addresses = [t.data_ptr() for t in mp]
             stage["merge CompiledKernel.run"] = lambda: mc.run(
                 launch.merge_grid[0], launch.merge_grid[1], 1, stream, mc.function, mc.packed_metadata,
-                None, None, None, *mp, *merge.fixed)
+                None, None, None, *merge_addresses, *merge.fixed)
         stage["whole ops.paged_attention"] = lambda: ops.paged_attention(*tensors, **kw)
         if peer is not None:
             stage["vLLM unified_attention, whole call"] = peer(case)[0][0]

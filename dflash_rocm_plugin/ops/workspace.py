@@ -64,3 +64,24 @@ def scratch(device: torch.device, num_splits: int, num_tokens: int, num_q_heads:
         buf = _get(device, n_out + n_lse)
     return buf, buf[n_out:]
 
+
+
+class LaunchScratch:
+    """``scratch`` for one prepared launch: its views, built again only when the buffer under them
+    is another (a repeat call would otherwise pay a tensor view per call)."""
+
+    __slots__ = ("shape", "_base", "_address", "_views")
+
+    def __init__(self, num_splits: int, num_tokens: int, num_q_heads: int, head_dim: int):
+        self.shape = (num_splits, num_tokens, num_q_heads, head_dim)
+        self._base = self._address = self._views = None
+
+    def views(self, device: torch.device, given: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        base = given if given is not None else _buffers.get(device)
+        # The same buffer object at the same address: it was large enough for these views before
+        # (a given buffer of another size is another call key; the own one is replaced, never shrunk).
+        if base is not None and base is self._base and base.data_ptr() == self._address:
+            return self._views
+        views = scratch(device, *self.shape, given)
+        self._base, self._address, self._views = views[0], views[0].data_ptr(), views
+        return views

@@ -4,9 +4,11 @@
   which passes every parameter in order, as 3.3-3.6 do) gives the launcher, for the real kernels;
 * the switch, the interpreter and releases outside 3.2-3.6 keep the normal launch;
 * the keying and the fallback, with the compiled kernel and the driver stood in for (they need a
-  GPU): a repeat call with the same alignments launches the kept kernel with the same arguments,
-  another alignment or device launches normally, set launch hooks launch normally, and an error
-  in a direct launch runs the normal launch and ends direct launches.
+  GPU): a repeat call with the same alignments launches the kept kernel with the same arguments
+  (tensors as their addresses), another alignment or device launches normally, set launch hooks
+  launch normally, and an error in a direct launch runs the normal launch and ends direct launches;
+* a split call reads the device, stream and hooks once for both of its launches, and reuses its
+  workspace views while the buffer under them stays the same.
 
 Bitwise equality with the normal launch on real kernels, and under graph capture, is
 tests/gpu/test_direct_launch.py.
@@ -174,7 +176,10 @@ def test_repeat_calls_launch_the_kept_kernel_and_anything_new_launches_normally(
     assert run() == "jit"
     assert run() == "direct"
     fixed = triton_direct._fixed_arguments(jit, True, len(ptrs), launch.ints, launch.constexprs)
-    assert log[-1][1] == (*launch.grid, 1000, "fn", "meta", None, None, None, *ptrs, *fixed)
+    # Each tensor as its address: the launcher then makes no driver call per pointer.
+    addresses = tuple(p.data_ptr() for p in ptrs)
+    assert log[-1][1] == (*launch.grid, 1000, "fn", "meta", None, None, None, *addresses, *fixed)
+    assert all(type(a) is int for a in log[-1][1][9:9 + len(ptrs)])
     odd_q = torch.zeros(ptrs[0].numel() + 1)[1:].view_as(ptrs[0])  # 4-byte aligned, not 16
     assert run((odd_q, *ptrs[1:])) == "jit"
     assert run((odd_q, *ptrs[1:])) == "direct"
@@ -222,3 +227,37 @@ def test_a_grid_of_fewer_than_three_dimensions_is_padded_with_ones(fake_gpu):
         relaunch(jit, grid, ptrs, launch.ints, launch.constexprs)
         assert log[-1][0] == "direct" and log[-1][1][:3] == (*grid, *(1,) * (3 - len(grid)))
     assert triton_direct._facts
+
+
+def test_a_split_call_reads_the_device_once_and_reuses_its_workspace_views(fake_gpu, monkeypatch):
+    call = _call(splits=4)
+    launch = triton_backend.Launch(call)
+    assert launch.scratch is not None
+    reads = []
+    real_begin = triton_direct.begin
+    monkeypatch.setattr(triton_direct, "begin", lambda: reads.append(1) or real_begin())
+    kernels, _ = _runtime.kernels()
+    log = []
+    fakes = {kernels.paged_attention_kernel: FakeJit(kernels.paged_attention_kernel, log),
+             kernels.merge_splits_kernel: FakeJit(kernels.merge_splits_kernel, log)}
+    monkeypatch.setattr(_runtime, "kernels", lambda: (types.SimpleNamespace(
+        paged_attention_kernel=fakes[kernels.paged_attention_kernel],
+        merge_splits_kernel=fakes[kernels.merge_splits_kernel]), None))
+    given = torch.empty(workspace.elements(4, call.num_tokens, call.num_q_heads, call.head_dim))
+
+    def run(ws=given):
+        triton_backend.launch(launch, call.q, call.k_cache, call.v_cache, call.out, call.block_table,
+                              call.seq_lens, call.query_start_loc, None, None, None, ws)
+        return [entry[0] for entry in log[-2:]]
+
+    assert run() == ["jit", "jit"]
+    first = launch.scratch.views(call.q.device, given)
+    assert run() == ["direct", "direct"] and len(reads) == 2  # one reading per call, both launches
+    assert log[-1][1][9 + 1] == first[0].data_ptr() and log[-1][1][9 + 2] == first[1].data_ptr()
+    assert launch.scratch.views(call.q.device, given) is first  # same buffer: the same views
+    other = torch.empty_like(given)
+    views = launch.scratch.views(call.q.device, other)
+    assert views is not first and views[0].data_ptr() == other.data_ptr()
+    assert views[1].data_ptr() == other.data_ptr() + 4 * 4 * call.num_tokens * call.num_q_heads * call.head_dim
+    with pytest.raises(ValueError, match="workspace holds"):
+        launch.scratch.views(call.q.device, given[:10])  # a smaller buffer is checked again

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from dflash_rocm_plugin.ops import _runtime, launch_config, workspace
+from dflash_rocm_plugin.ops.backends import triton_direct
 from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher
 from dflash_rocm_plugin.ops.call import AttentionCall
 from dflash_rocm_plugin.ops.kv_cache import FP8_CODES
@@ -36,7 +37,7 @@ class Launch:
     """Everything of a call's Triton launches that its shapes decide (``ops/call_cache.py``)."""
 
     __slots__ = ("cfg", "soft", "grid", "ints", "constexprs", "merge_grid", "merge_ints", "merge_constexprs",
-                 "partials", "attention_launch", "merge_launch")
+                 "partials", "scratch", "attention_launch", "merge_launch")
 
     def __init__(self, call: AttentionCall):
         cfg = self.cfg = plan(call)
@@ -58,6 +59,7 @@ class Launch:
         seqs, hkv, splits = call.num_seqs, k_cache.shape[2], cfg.num_splits
         # (splits, tokens, heads, head_dim) of the workspace views, or None with one split.
         self.partials = (splits, tokens, hq, d) if splits > 1 else None
+        self.scratch = workspace.LaunchScratch(*self.partials) if splits > 1 else None
         partial_strides = _partial_strides(splits, tokens, hq, d)
         scale_per_head = [1 if s is not None and s.numel() > 1 else 0 for s in (call.k_scale, call.v_scale)]
         self.grid = (tokens // cfg.block_q + seqs, hkv, splits)
@@ -97,22 +99,23 @@ def launch(prepared: Launch, q, k_cache, v_cache, out, block_table, seq_lens, qu
     """Run a prepared launch on this call's tensors (of the shapes it was prepared for)."""
     if prepared.soft:
         k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
-    if prepared.partials is not None:
+    if prepared.scratch is not None:
         # Flat tensors at the views' starts: the kernels read them through the strides in ``ints``.
-        p_out, p_lse = workspace.scratch(q.device, *prepared.partials, given_workspace)
+        p_out, p_lse = prepared.scratch.views(q.device, given_workspace)
     else:
         p_out = p_lse = out  # not read when there is one split
     kernels, _ = _runtime.kernels()
     unused = q  # a valid pointer for switched-off operands
+    context = triton_direct.begin()
     prepared.attention_launch(
         kernels.paged_attention_kernel, prepared.grid,
         (q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, p_out, p_lse,
          unused if sinks is None else sinks, unused if k_scale is None else k_scale,
          unused if v_scale is None else v_scale),
-        prepared.ints, prepared.constexprs)
-    if prepared.partials is not None:
+        prepared.ints, prepared.constexprs, context)
+    if prepared.scratch is not None:
         prepared.merge_launch(kernels.merge_splits_kernel, prepared.merge_grid, (out, p_out, p_lse, query_start_loc),
-                              prepared.merge_ints, prepared.merge_constexprs)
+                              prepared.merge_ints, prepared.merge_constexprs, context)
 
 
 def run(call: AttentionCall) -> None:

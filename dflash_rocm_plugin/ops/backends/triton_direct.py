@@ -7,9 +7,10 @@ attention eagerly.  A prepared launch (``ops/call_cache.py``) already fixes ever
 and constexpr argument, so the only specialization left to a repeat call is that of its pointers.
 This module keys the ``CompiledKernel`` that ``JITFunction.run`` returned by what that can still
 change -- each pointer's 16-byte alignment, on ROCm whether its storage fits 2 GB (buffer ops),
-the current device, Triton's debug and instrumentation settings -- and launches it with exactly
-the arguments ``JITFunction.run`` passes its launcher.  A key finer than Triton's own only means
-more normal launches, never another kernel.
+the current device, Triton's debug and instrumentation settings -- and launches it with the
+arguments ``JITFunction.run`` passes its launcher, each tensor as its address.  A key finer than
+Triton's own only means more normal launches, never another kernel.  The launches of one call
+(attention and split merge) share one reading of the device, stream and hooks (``begin``).
 
 Used only on the Triton releases whose launch convention was read from their source (3.2-3.6),
 never under the interpreter, and only while Triton's pre-run hooks and launch hooks are unset and
@@ -20,9 +21,13 @@ switches it off.
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import os
 import re
+
+import torch
 
 from dflash_rocm_plugin.ops import _runtime
 
@@ -31,6 +36,7 @@ SWITCH = "DFLASH_ROCM_DIRECT_LAUNCH"
 MAX_VARIANTS = 8
 _INT32_MAX = 2**31 - 1
 _MISSING = object()
+_data_ptr = torch.Tensor.data_ptr
 logger = logging.getLogger("dflash_rocm_plugin.launches")
 
 # None: not decided yet; False: off; else the Triton facts the launches need.
@@ -107,6 +113,25 @@ def _stop(exc: Exception) -> None:
                    "(every launch now goes through JITFunction.run)", type(exc).__name__, exc)
 
 
+def begin():
+    """What the launches of one call share: ``(facts, device, stream)``, or None while direct
+    launches are off or Triton's launch hooks are set (then every launch is a normal one)."""
+    if _facts is None:
+        _load()
+    facts = _facts
+    if not facts:
+        return None
+    try:
+        if not facts.hooks_unset():
+            return None
+        active = facts.driver.active
+        device = active.get_current_device()
+        return facts, device, active.get_current_stream(device)
+    except Exception as exc:  # noqa: BLE001 - whatever differs, the normal launch is right
+        _stop(exc)
+        return None
+
+
 class Relauncher:
     """One prepared launch of one kernel: its compiled variants and their fixed arguments."""
 
@@ -116,23 +141,27 @@ class Relauncher:
         self.variants: dict = {}
         self.fixed = None  # the arguments after the pointers, as the launcher takes them
 
-    def __call__(self, jit, grid, pointers: tuple, ints: tuple, constexprs: dict) -> None:
-        if _facts is None:
-            _load()
-        facts = _facts
+    def __call__(self, jit, grid, pointers: tuple, ints: tuple, constexprs: dict, context=_MISSING) -> None:
+        """Launch ``jit`` on ``pointers`` (tensors); ``context``: this call's ``begin()``."""
+        if context is _MISSING:
+            context = begin()
         key = None
-        if facts:
+        if context is not None:
+            facts, device, stream = context
             try:
-                key = self._key(facts, jit, pointers)
+                # The launcher takes addresses as they are; given tensors it would ask each for its
+                # address again and have the driver check that the GPU can reach it -- one driver
+                # call per pointer and launch.  The call's validation made those checks when its key
+                # was new, and every tensor's device is in that key.
+                addresses = list(map(_data_ptr, pointers))
+                key = self._key(facts, device, jit, pointers, addresses)
                 compiled = self.variants.get(key) if key is not None else None
                 if compiled is not None:
-                    device = key[0]
-                    stream = facts.driver.active.get_current_stream(device)
                     # A grid of fewer than three dimensions is padded with 1s, as JITFunction.run does.
                     gy = grid[1] if len(grid) > 1 else 1
                     gz = grid[2] if len(grid) > 2 else 1
                     compiled.run(grid[0], gy, gz, stream, compiled.function, compiled.packed_metadata,
-                                 None, None, None, *pointers, *self.fixed)
+                                 None, None, None, *addresses, *self.fixed)
                     return
             except Exception as exc:  # noqa: BLE001 - whatever differs, the normal launch is right
                 _stop(exc)
@@ -145,16 +174,19 @@ class Relauncher:
                 _stop(exc)
 
     @staticmethod
-    def _key(facts: _Facts, jit, pointers: tuple):
-        if jit.pre_run_hooks or not facts.hooks_unset():
+    def _key(facts: _Facts, device, jit, pointers: tuple, addresses: list):
+        if jit.pre_run_hooks:
             return None
         for (name, _), (value, globals_dict) in jit.used_global_vals.items():
             if globals_dict.get(name, _MISSING) != value:
                 return None  # JITFunction.run raises for this
-        device = facts.driver.active.get_current_device()
-        aligned = tuple(p.data_ptr() % 16 == 0 for p in pointers)
+        # Triton specializes each pointer on 16-byte alignment; all aligned is the common case.
+        if functools.reduce(operator.or_, addresses, 0) & 15 == 0:
+            aligned = True
+        else:
+            aligned = tuple(a & 15 == 0 for a in addresses)
         if facts.rocm:
-            aligned += tuple(p.untyped_storage().size() <= _INT32_MAX for p in pointers)
+            aligned = (aligned, tuple(p.untyped_storage().size() <= _INT32_MAX for p in pointers))
         return (device, facts.options(jit), aligned)
 
     def _keep(self, facts: _Facts, jit, key, compiled, num_pointers: int, ints: tuple, constexprs: dict) -> None:
