@@ -11,7 +11,8 @@ What is supported, and why not: ``supports(AttentionSpec(...))`` answers None or
 ``native_fp8_dtype(arch)`` is the fp8 cache format a GPU converts in hardware.
 What a call would run: ``describe_launch(...)``, and whether its keys may be split at all:
 ``may_split_keys(...)``; which backend serves each op: ``kernel_paths()``.
-Workspace: ``workspace_floats(...)`` sizes the caller-owned split-KV scratch.
+Workspace: ``workspace_floats(...)`` sizes the caller-owned split-KV scratch; ``MAX_KV_SPLITS`` is the most
+splits a call may take (``paged_attention(num_kv_splits=)``).
 Tuned launches (``dflash-rocm tune``): ``tuned_configs()`` says which files are in force;
 ``tuned_sources(...)`` limits them within a block; ``tuned_bucket``, ``tuned_document``,
 ``read_tuned_file`` and ``tuned_user_path`` are the file's keys, writer, reader and default place.
@@ -35,6 +36,7 @@ from dflash_rocm_plugin.ops.plan import (
     workspace_floats,
 )
 from dflash_rocm_plugin.ops.sampling import greedy_sample
+from dflash_rocm_plugin.ops.workspace import MAX_SPLITS as MAX_KV_SPLITS
 from dflash_rocm_plugin.ops.tuned import ENV as TUNED_CONFIGS_ENV
 from dflash_rocm_plugin.ops.tuned import in_force as tuned_configs
 from dflash_rocm_plugin.ops.tuned import document as tuned_document
@@ -64,6 +66,7 @@ __all__ = [
     "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES", "native_fp8_dtype",
     "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",
     "describe_launch", "may_split_keys", "LaunchDescription", "AttentionLaunch", "forced_launch", "workspace_floats",
+    "MAX_KV_SPLITS",
     "kernel_paths", "AiterUnavailable",
     "tuned_configs", "tuned_sources", "tuned_bucket", "tuned_document", "read_tuned_file", "tuned_user_path",
     "TUNED_CONFIGS_ENV", "TUNED_LAUNCH_FIELDS", "TUNED_OPTIONAL_LAUNCH_FIELDS",

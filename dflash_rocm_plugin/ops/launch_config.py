@@ -26,6 +26,13 @@ SPLIT_QUERY_ROWS = 16
 # still beat 16 splits of 256 (0.96 vs 0.85 TB/s), so the floor is low.
 MIN_KEYS_PER_SPLIT = 128
 MAX_SPLITS = workspace.MAX_SPLITS
+# The split count every measured rule below was chosen under; more (up to MAX_SPLITS) only where this
+# many would leave three quarters of the resident program slots idle: a batch-1 decode of a 2-KV-head
+# layer (Qwen3.5 / Qwen3-Next, Gemma-4 global), two programs per split.  H200, decode q1 at 64 vs 32
+# splits, TB/s: Qwen3-Next 1 x 32K 1.99 vs 1.56, 1 x 16K 1.56 vs 1.31; Gemma-4 global 1 x 32K 2.35 vs
+# 1.66, 1 x 16K 1.88 vs 1.46.  A q16 block of Qwen3-Next heads (four programs) loses with 64: 1 x 32K
+# 1.21 vs 1.40, 1 x 8K 0.64 vs 0.84.
+WAVE_SPLITS = 32
 # Resident attention programs per multiprocessor for the default tile.  NVIDIA
 # (BLOCK_M 64, 4 warps, 255 registers/thread): the register file holds 2.  A 128-row tile
 # (8 warps, ~130 KB shared memory) leaves room for 1.
@@ -209,7 +216,8 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             per_sm = 1 if tall else PROGRAMS_PER_SM
             slots = per_sm * sms
             by_length = max(1, kv_capacity // MIN_KEYS_PER_SPLIT)
-            num_splits = max(1, min(slots // programs, by_length, MAX_SPLITS))
+            cap = MAX_SPLITS if programs * WAVE_SPLITS * 4 <= slots else WAVE_SPLITS
+            num_splits = max(1, min(slots // programs, by_length, cap))
     page_ids_asm = overlap_qk = False
     if arch.startswith("sm_") and not _runtime.interpreting():
         page_ids_asm = True
@@ -233,9 +241,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     if prefill_rows == 256:
         num_stages = min(num_stages, 3)  # three 64-key K/V stages beside the 256-row Q tile
     launch = AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages,
-                             page_ids_asm=page_ids_asm, overlap_qk=overlap_qk,
-                             # A split row of 512 floats per split is too much for one warp's registers.
-                             merge_warps=4 if head_dim_pad > 256 else 1)
+                             page_ids_asm=page_ids_asm, overlap_qk=overlap_qk)
     if dtype is not None and causal is not None:
         entry = tuned.lookup(arch, heads=(group * num_kv_heads, num_kv_heads, head_dim), dtype=dtype,
                              kv_cache_dtype=kv_cache_dtype, causal=causal, num_tokens=num_tokens,
@@ -248,11 +254,20 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
         launch = dataclasses.replace(launch, **_forced)
         if "block_q" in _forced and "block_m" not in _forced:
             launch = _with_block_q(launch, _forced["block_q"], group, None)
+    if "merge_warps" not in _forced:
+        launch = dataclasses.replace(launch, merge_warps=_merge_warps(head_dim_pad, launch.num_splits))
     if "mfma_nonkdim" not in _forced:
         native_fp8 = kv_cache_dtype is not None and kv_cache_dtype == support.native_fp8_dtype(arch)
         launch = dataclasses.replace(launch, mfma_nonkdim=_mfma_nonkdim(arch, launch.block_m, launch.num_warps,
                                                                         native_fp8))
     return launch
+
+
+def _merge_warps(head_dim_pad: int, num_splits: int) -> int:
+    """Warps of the split merge, whose program holds one (token, head)'s partial rows: one warp while
+    they are at most 8192 floats (256 per lane), four above, and always for heads above 256."""
+    rows = max(2, _runtime.next_power_of_2(num_splits))
+    return 4 if head_dim_pad > 256 or rows * head_dim_pad > 8192 else 1
 
 
 def _wide_head_rows(arch: str, head_dim_pad: int, smem: int) -> int:
@@ -291,7 +306,7 @@ def _hopper_256_group_rows(arch: str, head_dim_pad: int, group: int, num_tokens:
             or num_tokens > num_seqs * SPLIT_QUERY_ROWS
             or smem < _DEEP_STAGES_SMEM):
         return 0
-    return 128 if num_seqs * num_kv_heads * MAX_SPLITS >= sms else 0
+    return 128 if num_seqs * num_kv_heads * WAVE_SPLITS >= sms else 0
 
 
 def may_split(num_tokens: int, num_seqs: int, block_q: int) -> bool:

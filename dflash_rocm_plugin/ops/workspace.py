@@ -12,8 +12,9 @@ import threading
 
 import torch
 
-# The most KV splits one launch may use: the width of the split merge, and the scratch bound.
-MAX_SPLITS = 32
+# The most KV splits one launch may use: the width of the split merge, and the scratch bound.  A batch-1
+# decode of a 2-KV-head layer (Qwen3.5 / Qwen3-Next, Gemma-4 global) runs 2 programs per split.
+MAX_SPLITS = 64
 
 _lock = threading.Lock()
 _buffers: dict[torch.device, torch.Tensor] = {}

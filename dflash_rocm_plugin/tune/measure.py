@@ -21,7 +21,7 @@ from dflash_rocm_plugin.bench import inputs, timing
 from dflash_rocm_plugin.tune.space import TuneShape
 
 TOLERANCE = 2e-2  # as the bench: bf16 inputs, fp32 accumulation, ~3e-3 expected
-MAX_SPLITS = 32   # the most ops.paged_attention(num_kv_splits=) takes
+MAX_SPLITS = ops.MAX_KV_SPLITS
 
 
 @dataclasses.dataclass(frozen=True)

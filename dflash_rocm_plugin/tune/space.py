@@ -59,7 +59,7 @@ class TuneShape(Shape):
 @dataclasses.dataclass(frozen=True)
 class Space:
     """Launch-field values tried on one architecture family."""
-    splits: tuple = (1, 2, 4, 8, 16, 32)
+    splits: tuple = (1, 2, 4, 8, 16, 32, 64)
     tiles: tuple = ()                    # (block_n, num_warps, num_stages)
     page_ids_asm: tuple = (False,)
     overlap_qk: tuple = (False, True)

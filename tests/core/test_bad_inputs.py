@@ -79,7 +79,7 @@ BAD_ATTENTION = [
     ("out", dict(out=torch.zeros(16, 4, 32)), "out has shape (16, 4, 32), expected q's (17, 4, 32)"),
     ("max_query_len", dict(max_query_len=0), "max_query_len must be a positive int"),
     ("num_kv_splits", dict(num_kv_splits=0), "num_kv_splits must be a positive int"),
-    ("num_kv_splits", dict(num_kv_splits=1000), "num_kv_splits must be <= 32"),
+    ("num_kv_splits", dict(num_kv_splits=1000), "num_kv_splits must be <= 64"),
     ("q", dict(q=[1, 2, 3]), "q must be a torch.Tensor"),
     ("workspace", dict(workspace=torch.zeros(4, 4)), "workspace must have 1 dimensions"),
     ("workspace", dict(workspace=torch.zeros(64, dtype=torch.float16)), "workspace has dtype torch.float16"),

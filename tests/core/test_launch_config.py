@@ -247,3 +247,29 @@ def test_256_wide_heads_take_64_key_tiles_on_hopper(device, heads, batch, q_len,
     device("sm_89", smem=100 * 1024, sms=128)
     cfg = _dflash(batch, 16384, q_len=min(q_len, 16), group=hq // hkv, head_dim=d, kv_heads=hkv)
     assert (cfg.block_n, cfg.num_warps, cfg.num_stages) == (32, 8, 2) and cfg.block_m <= 64
+
+
+@pytest.mark.parametrize("heads,context,splits,merge_warps", [((16, 2, 256), 32768, 64, 4), ((16, 2, 512), 32768, 64, 4),
+                                                              ((16, 2, 128), 8192, 64, 1), ((32, 8, 128), 32768, 32, 1),
+                                                              ((16, 2, 256), 4096, 32, 1)])
+def test_a_batch_1_decode_of_two_kv_heads_splits_past_one_waves_32(device, heads, context, splits, merge_warps):
+    """Two programs per split (Qwen3.5 / Qwen3-Next, Gemma-4 global decode at batch 1) leave most SMs
+    idle at 32 splits, so they take up to ops.MAX_KV_SPLITS (64), whose merge then runs on 4 warps
+    where a (token, head)'s partial rows pass 8192 floats; 8 KV heads keep their measured 32, and a
+    short context its 128 keys per split."""
+    device(**H200)
+    hq, hkv, d = heads
+    cfg = launch_config.choose(num_tokens=1, num_seqs=1, num_kv_heads=hkv, group=hq // hkv, head_dim=d,
+                               kv_capacity=context, max_query_len=1, num_splits=None, device_index=None,
+                               page_size=16)
+    assert (cfg.num_splits, cfg.merge_warps) == (splits, merge_warps), cfg
+    assert ops.MAX_KV_SPLITS == launch_config.MAX_SPLITS == 64
+
+
+@pytest.mark.parametrize("heads", [(16, 2, 256), (16, 2, 512)])
+def test_a_batch_1_dflash_block_of_two_kv_heads_keeps_32_splits(device, heads):
+    """Four programs per split (a q16 block in two query tiles): 64 splits lost on the H200
+    (Qwen3-Next 1 x 32K 1.21 vs 1.40 TB/s), so the block keeps one wave's 32."""
+    device(**H200)
+    hq, hkv, d = heads
+    assert _dflash(1, 32768, group=hq // hkv, head_dim=d, kv_heads=hkv).num_splits == 32

@@ -232,7 +232,7 @@ BAD = {
     "unknown launch field": (doc([entry(launch=dict(FAST, block_m=128))]), "unknown ['block_m']"),
     "missing launch field": (doc([entry(launch={k: v for k, v in FAST.items() if k != "num_splits"})]),
                              "missing ['num_splits']"),
-    "value out of range": (doc([entry(launch=dict(FAST, num_splits=64))]), "num_splits=64"),
+    "value out of range": (doc([entry(launch=dict(FAST, num_splits=65))]), "num_splits=65"),
     "block_q not a power of two": (doc([entry(launch=dict(FAST, block_q=3))]), "block_q=3"),
     "block_q too large": (doc([entry(launch=dict(FAST, block_q=512))]), "block_q=512"),
     "block_q not an int": (doc([entry(launch=dict(FAST, block_q=True))]), "block_q=True"),

@@ -192,6 +192,7 @@ WIDE_256 = {
     "qwen3-next q16 verify 8x4K": ([4096] * 8, 16, 2, None, None, True),
     "qwen3-next q16 draft ragged": ([3000, 77, 1500, 9000], 16, 2, None, None, False),
     "qwen3-next decode 64x2K": ([2048 - 7 * i for i in range(64)], 1, 2, None, None, True),
+    "qwen3-next decode 1x16K": ([16000], 1, 2, None, None, True),
     "qwen3-next prefill 1x2K": ([2048], 2048, 2, None, None, True),
     "dflash2 q8 window 2048 over 6K": ([6000, 2500], 8, 2, 2048, None, False),
     "gemma-4 sliding q16 window 1024 softcap": ([5000, 1200, 4096], 16, 8, 1024, 50.0, True),
@@ -209,6 +210,8 @@ def test_256_wide_heads_match_float64(name):
     if torch.version.cuda and torch.cuda.get_device_capability() == (9, 0):
         assert (launch.block_n, launch.num_warps) == (64, 8 if launch.block_m >= 128 else 4), launch
         assert (launch.block_m == 128) == name.startswith("qwen3-next q16"), launch
+        if name.endswith("decode 1x16K"):  # 2 programs: more splits than the 32 of one wave elsewhere
+            assert launch.num_splits == ops.MAX_KV_SPLITS == 64 and launch.merge_warps == 4, launch
     out = torch.full_like(q, float("nan"))
     ops.paged_attention(q, k, v, table, sl, qsl, causal=causal, out=out, max_query_len=q_len, scale=1.0 / 16,
                         sliding_window=window, softcap=softcap)
