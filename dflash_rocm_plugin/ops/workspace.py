@@ -66,7 +66,6 @@ def scratch(device: torch.device, num_splits: int, num_tokens: int, num_q_heads:
     return buf, buf[n_out:]
 
 
-
 class LaunchScratch:
     """``scratch`` for one prepared launch: its views, built again only when the buffer under them
     is another (a repeat call would otherwise pay a tensor view per call)."""
