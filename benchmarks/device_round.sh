@@ -9,6 +9,8 @@
 #   WORKLOADS the target's prefill, chunked prefill and decode, and GQA-8 q16, beside SDPA and vLLM
 #   WIDE      256- and 512-wide heads (Qwen3-Next / Qwen3.5, Gemma-4 layouts): q16 and decode beside vLLM
 #   PARITY    the windowed draft against the same keys, interleaved in one process (window_parity.py)
+#   AB        one launch choice against the chosen launch, interleaved in one process (launch_ab.py): AB_FORCE
+#             (e.g. "heavy_first=false"; space-separated for several fields) over AB_RUNS (workload[:model], ...)
 #   NCU       Nsight Compute stall samples of that pair (q16, 32 x 16K window 2048 against 32 x 2064 keys)
 set -u
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -52,6 +54,15 @@ if [[ "${WORKLOADS:-0}" == 1 ]]; then
     for w in prefill:150 chunked:80 decode:100 gqa8:110; do
         timeout "${w#*:}" $B --workload "${w%:*}" --peers benchmarks/.peers --peer-names vllm_unified,sdpa_flash,sdpa_cudnn \
             --json "$OUT/workload-${w%:*}.json" 2>&1 | tee -a "$OUT/workloads.txt"
+    done
+fi
+if [[ "${AB:-0}" == 1 ]]; then
+    forces=(); for f in ${AB_FORCE:?AB needs AB_FORCE}; do forces+=(--force "$f"); done
+    tag="${AB_FORCE// /-}"; tag="${tag//=/-}"
+    for run in ${AB_RUNS:-prefill chunked decode gqa8 gqa8:qwen3-8b}; do
+        w="${run%%:*}"; m=""; [[ "$run" == *:* ]] && m="${run#*:}"
+        timeout 200 python3 benchmarks/launch_ab.py --workload "$w" ${m:+--model "$m"} "${forces[@]}" \
+            --json "$OUT/ab-$tag-$w${m:+-$m}.json" 2>&1 | tee -a "$OUT/ab-$tag.txt"
     done
 fi
 if [[ "${HOSTCOST:-0}" == 1 ]]; then

@@ -83,7 +83,7 @@ def child(calls: int, peers_dir: str | None) -> dict:
         prepared = call_cache.get(key)
         launch = prepared.triton
         kernels, _ = _runtime.kernels()
-        p_out, p_lse = workspace.scratch(device, *launch.partials, ws) if launch.partials else (out, out)
+        p_out, p_lse = workspace.scratch(device, *launch.scratch.shape, ws) if launch.scratch else (out, out)
         q = case.q
         pointers = (q, case.k_cache, case.v_cache, out, table, case.seq_lens, case.query_start_loc, p_out, p_lse,
                     q, q, q)
@@ -110,7 +110,7 @@ def child(calls: int, peers_dir: str | None) -> dict:
             stage["attention CompiledKernel.run, tensors"] = lambda: compiled.run(
                 g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
                 *pointers, *att.fixed)
-        if launch.partials is not None and launch.merge_launch.variants:
+        if launch.scratch is not None and launch.merge_launch.variants:
             merge = launch.merge_launch
             mc = next(iter(merge.variants.values()))
             mp = (out, p_out, p_lse, case.query_start_loc)

@@ -203,6 +203,11 @@ step "opt-in fp8 launches: error against the float64 reference" "$OUT/tests-fp8-
 step "launch sweep (stages, tiles, KV splits)" "$OUT/sweep.log" \
     "$PYTHON" benchmarks/sweep.py --out "$OUT/sweep.json" --deadline-s 900 --part variants,splits \
     --variants "amd S=1,amd S=2,amd BN32 S=2,amd W8 S=1,amd ovl S=2,amd M32 S=1,amd M32 S=2,amd M16 S=1"
+for workload in prefill chunked; do
+    step "$workload: query tiles in reverse grid order (heavy_first) against the chosen order" \
+        "$OUT/ab-heavy-first-$workload.log" env -u TRITON_INTERPRET "$PYTHON" benchmarks/launch_ab.py \
+        --workload "$workload" --force heavy_first=true --json "$OUT/ab-heavy-first-$workload.json"
+done
 echo "== the launch tuner writes this GPU's tuned file into $OUT/tuned/ (<arch>.json: gfx942 on MI300X, gfx950 on MI355X)"
 step "launch tuning (Qwen3-8B heads, with prefill)" "$OUT/tune.log" \
     env -u TRITON_INTERPRET dflash-rocm tune --out "$OUT/tuned" --prefill --budget-min 60 \

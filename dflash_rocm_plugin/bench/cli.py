@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _forced_fields(items: list[str]) -> dict:
+def parse_forced(items: list[str]) -> dict:
     """'--force num_stages=3 --force overlap_qk=false' -> {'num_stages': 3, 'overlap_qk': False}:
     each VALUE read as its field's type (ValueError naming a bad item)."""
     import dataclasses
@@ -127,7 +127,7 @@ def _unique_layouts(models: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        forced = args.forced = _forced_fields(args.force)
+        forced = args.forced = parse_forced(args.force)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -35,6 +35,7 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
     its dot (see ``_softmax_pv``).
   * P_INT_ROUND: bf16 P is rounded by integer arithmetic where the GPU has no f32 -> bf16
     conversion (gfx94x; see ``_softmax_pv``).
+  * HEAVY_FIRST (launch field ``heavy_first``): query tiles in reverse grid order.
 
 The key loop runs in two phases (as in Triton's fused-attention tutorial): the
 tiles every row of the program may fully see run without any mask; the few
@@ -316,8 +317,13 @@ def paged_attention_kernel(
     USE_SINKS: tl.constexpr, USE_K_SCALE: tl.constexpr, USE_V_SCALE: tl.constexpr,
     SOFT_FP8: tl.constexpr, UPCAST_DOTS: tl.constexpr, FP16_DOTS: tl.constexpr, FP8_DOTS: tl.constexpr,
     FP8_QK: tl.constexpr, PV_T: tl.constexpr, P_INT_ROUND: tl.constexpr,
+    HEAVY_FIRST: tl.constexpr,
 ):
     tile = tl.program_id(0)
+    if HEAVY_FIRST:
+        # A causal sequence's last query tiles see the most keys.  The GPU starts programs in
+        # grid order, so these start first and the short ones fill the last wave's gaps.
+        tile = tl.num_programs(0) - 1 - tile
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
 

@@ -77,6 +77,11 @@ class AttentionLaunch:
     # P V computed transposed (O^T = V^T P^T; kernels/paged_attention.py, PV_T): V then enters the
     # dot from registers, as Hopper's fp8 dots need for V (see the kernel).  Forced only.
     pv_transposed: bool = False
+    # Query tiles run in reverse grid order (kernels/paged_attention.py, HEAVY_FIRST), so that the
+    # tiles of a causal sequence that see the most keys start first.  Forced only: on the H200 it
+    # moved prefill by -6 to +5 % with no rule from shapes that keeps only the gains (NOTES.md);
+    # ci/rocm_validate.sh times it on AMD, whose CUs take programs in grid order too.
+    heavy_first: bool = False
 
 
 FP8_DOTS_MODES = ("none", "pv", "qk_pv")

@@ -140,6 +140,7 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
         FP8_DOTS=({"fp8-fn": 1, "fp8-fnuz": 2}.get(cache, 0) if cfg.fp8_dots != "none" else 0),
         FP8_QK=cfg.fp8_dots == "qk_pv", PV_T=cfg.pv_transposed,
         P_INT_ROUND=dtype == "bf16" and cache is None and _lacks_bf16_conversion(arch),
+        HEAVY_FIRST=cfg.heavy_first,
     )
     out = [_compile(arch, _signature(native.paged_attention_kernel, values, constexprs),
                     cfg.num_warps, cfg.num_stages, cfg.mfma_nonkdim)]

@@ -40,12 +40,12 @@ def test_bytes_counted_are_those_read():
 
 def test_bench_force_parses_launch_fields_and_names_a_bad_one():
     from dflash_rocm_plugin.bench import cli
-    assert cli._forced_fields(["overlap_qk=false", "num_stages=3", "fp8_dots=pv"]) == {
+    assert cli.parse_forced(["overlap_qk=false", "num_stages=3", "fp8_dots=pv"]) == {
         "overlap_qk": False, "num_stages": 3, "fp8_dots": "pv"}
     for bad, says in ((["nostages=3"], "FIELD one of"), (["num_stages"], "FIELD=VALUE"),
                       (["num_stages=x"], "integer"), (["overlap_qk=1"], "true or false")):
         with pytest.raises(ValueError, match=says):
-            cli._forced_fields(bad)
+            cli.parse_forced(bad)
     assert cli.main(["--force", "bogus=1"]) == 2  # before looking for a GPU
     for clash in (["--shapes", "1x4K"], ["--q-len", "8"], ["--targets-only"]):
         assert cli.main(["--workload", "prefill", *clash]) == 2

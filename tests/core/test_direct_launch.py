@@ -50,8 +50,8 @@ def _pointers(call, launch):
     if launch.soft:
         k, v = k.view(torch.uint8), v.view(torch.uint8)
     p_out = p_lse = call.out
-    if launch.partials is not None:
-        p_out, p_lse = workspace.scratch(call.q.device, *launch.partials)
+    if launch.scratch is not None:
+        p_out, p_lse = workspace.scratch(call.q.device, *launch.scratch.shape)
     q = call.q
     return ((q, k, v, call.out, call.block_table, call.seq_lens, call.query_start_loc, p_out, p_lse,
              q if call.sinks is None else call.sinks, q if call.k_scale is None else call.k_scale,
@@ -74,7 +74,7 @@ def test_fixed_arguments_are_what_tritons_binder_passes(kw):
     kernels, _ = _runtime.kernels()
     attention_ptrs, merge_ptrs = _pointers(call, launch)
     cases = [(kernels.paged_attention_kernel, attention_ptrs, launch.ints, launch.constexprs)]
-    if launch.partials is not None:
+    if launch.scratch is not None:
         cases.append((kernels.merge_splits_kernel, merge_ptrs, launch.merge_ints, launch.merge_constexprs))
     for kernel, ptrs, ints, constexprs in cases:
         jit = _jit(kernel)

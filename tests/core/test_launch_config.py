@@ -273,3 +273,14 @@ def test_a_batch_1_dflash_block_of_two_kv_heads_keeps_32_splits(device, heads):
     device(**H200)
     hq, hkv, d = heads
     assert _dflash(1, 32768, group=hq // hkv, head_dim=d, kv_heads=hkv).num_splits == 32
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "gfx942", "gfx950"])
+def test_reverse_tile_order_is_forced_only(device, arch):
+    device(arch)
+    prefill = dict(num_tokens=4 * 4096, num_seqs=4, num_kv_heads=8, group=4, head_dim=128, kv_capacity=4096,
+                   max_query_len=4096, num_splits=None, device_index=0, page_size=16, causal=True)
+    cfg = launch_config.choose(**prefill)
+    assert not cfg.heavy_first
+    with launch_config.forced(heavy_first=True):
+        assert launch_config.choose(**prefill).heavy_first

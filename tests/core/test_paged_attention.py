@@ -121,6 +121,20 @@ def test_transposed_pv_matches_reference(causal, block_size, splits, window, ove
         check(case, causal=causal, num_kv_splits=splits, sliding_window=window)
 
 
+@pytest.mark.parametrize("splits", [None, 2])
+def test_heaviest_query_tiles_first_give_the_same_rows(splits):
+    """Causal prefill and chunked prefill in reverse tile order (``heavy_first``, the chooser's pick
+    for them): the float64 reference's rows, bit for bit those of the grid's order, padding rows and
+    every tile past a sequence's end untouched."""
+    case = build([300, 77, 129, 64, 5], [300, 40, 129, 1, 5], num_q_heads=8, num_kv_heads=2, head_dim=40,
+                 padding_rows=3, seed=3)
+    with launch_config.forced(heavy_first=True):
+        reverse = check(case, causal=True, num_kv_splits=splits)
+    with launch_config.forced(heavy_first=False):
+        forward = check(case, causal=True, num_kv_splits=splits)
+    assert torch.equal(reverse.nan_to_num(7.0), forward.nan_to_num(7.0))
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("heads", [(32, 2, 32), (4, 2, 512)], ids=["gqa16", "d512"])
 def test_blocks_spanning_several_query_tiles_split_their_keys(causal, heads):

@@ -161,6 +161,29 @@ def test_the_target_s_other_calls_match_float64(name):
     assert _rel(out, ref) < 1e-2
 
 
+@pytest.mark.parametrize("hq,hkv", [(8, 2), (16, 2)], ids=["gqa4", "gqa8"])
+def test_prefill_in_reverse_tile_order_matches_float64(hq, hkv):
+    """The opt-in ``heavy_first`` launch (query tiles in reverse grid order): prefill and chunked
+    prefill rows equal to the grid order's, bit for bit, and to float64."""
+    seq_lens, q_lens = [4096, 3000, 1000], [4096, 1000, 1000]
+    q, k, v, table, sl, qsl = _build(seq_lens, 16, q_len=max(q_lens), hq=hq, hkv=hkv)
+    starts = [0]
+    for n in q_lens:
+        starts.append(starts[-1] + n)
+    q = torch.cat([q[int(qsl[i + 1]) - n:int(qsl[i + 1])] for i, n in enumerate(q_lens)])  # each's last n
+    qsl = torch.tensor(starts, dtype=torch.int32, device=q.device)
+    outs = []
+    for order in (False, True):
+        out = torch.full_like(q, float("nan"))
+        with ops.forced_launch(heavy_first=order):
+            ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=max(q_lens))
+        outs.append(out)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0], outs[1])
+    ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=True)
+    assert _rel(outs[1], ref) < 1e-2
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
 @pytest.mark.parametrize("seq_lens", [[4096] * 8, [32768], [3000, 77, 1500], [2048] * 40],
                          ids=["8x4K", "1x32K", "ragged3", "40x2K"])

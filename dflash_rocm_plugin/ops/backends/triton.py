@@ -37,7 +37,7 @@ class Launch:
     """Everything of a call's Triton launches that its shapes decide (``ops/call_cache.py``)."""
 
     __slots__ = ("cfg", "soft", "grid", "ints", "constexprs", "merge_grid", "merge_ints", "merge_constexprs",
-                 "partials", "scratch", "attention_launch", "merge_launch")
+                 "scratch", "attention_launch", "merge_launch")
 
     def __init__(self, call: AttentionCall):
         cfg = self.cfg = plan(call)
@@ -57,9 +57,8 @@ class Launch:
                    and _lacks_bf16_conversion(_runtime.gpu_arch(q.device.index)))
         tokens, hq, d = q.shape
         seqs, hkv, splits = call.num_seqs, k_cache.shape[2], cfg.num_splits
-        # (splits, tokens, heads, head_dim) of the workspace views, or None with one split.
-        self.partials = (splits, tokens, hq, d) if splits > 1 else None
-        self.scratch = workspace.LaunchScratch(*self.partials) if splits > 1 else None
+        # The split-KV workspace views, (splits, tokens, heads, head_dim); None with one split.
+        self.scratch = workspace.LaunchScratch(splits, tokens, hq, d) if splits > 1 else None
         partial_strides = _partial_strides(splits, tokens, hq, d)
         scale_per_head = [1 if s is not None and s.numel() > 1 else 0 for s in (call.k_scale, call.v_scale)]
         self.grid = (tokens // cfg.block_q + seqs, hkv, splits)
@@ -80,6 +79,7 @@ class Launch:
             USE_V_SCALE=call.v_scale is not None,
             SOFT_FP8=soft, UPCAST_DOTS=upcast, FP16_DOTS=fp16_dots, FP8_DOTS=fp8_code,
             FP8_QK=fp8_qk, PV_T=cfg.pv_transposed, P_INT_ROUND=p_int_round,
+            HEAVY_FIRST=cfg.heavy_first,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if cfg.mfma_nonkdim and _runtime.is_rocm() and not _runtime.interpreting():

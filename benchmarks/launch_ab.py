@@ -1,0 +1,101 @@
+"""One launch field forced against the chosen launch, interleaved in one process.
+
+    python benchmarks/launch_ab.py --workload prefill --force heavy_first=false [--model qwen3-32b]
+        [--rounds 5] [--json ab.json]
+
+Separate bench invocations differ by 1-3 % from process to process, as much as many launch
+choices are worth.  Here each shape is built once and its plugin calls are timed with the chosen
+launch and with the forced fields alternately, round by round (CUDA-graph replay of back-to-back
+calls, ``timing.graph_us``); each side is checked against the float32 device reference first.
+FLOP/s for workloads with a whole-context query (prefill, chunked), unique-KV TB/s otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+
+import torch
+
+from dflash_rocm_plugin import ops
+from dflash_rocm_plugin.bench import inputs, timing
+from dflash_rocm_plugin.bench.cli import parse_forced
+from dflash_rocm_plugin.bench.shapes import WORKLOADS
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
+    p.add_argument("--force", action="append", required=True, metavar="FIELD=VALUE")
+    p.add_argument("--model", default=None, help="heads of this bench model instead of the workload's")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("launch_ab.py needs a GPU", file=sys.stderr)
+        return 2
+    forced = parse_forced(args.force)
+    workload = WORKLOADS[args.workload]
+    shapes = workload.shapes((16,))
+    if args.model:
+        shapes = [dataclasses.replace(s, model=args.model) for s in shapes]
+    dev = torch.device("cuda")
+    rows = []
+    for shape in shapes:
+        case = inputs.build(shape, dev)
+        ref = inputs.reference(case, 0)
+        hq, hkv, d = shape.heads
+        sides = {"chosen": {}, "forced": forced}
+        plans = {}
+        for name, fields in sides.items():
+            with ops.forced_launch(**fields):
+                plans[name] = ops.describe_launch(
+                    num_tokens=case.q.shape[0], num_seqs=shape.batch, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
+                    page_size=shape.page, kv_capacity=case.block_tables[0].shape[1] * shape.page,
+                    causal=shape.causal, dtype=case.q.dtype, max_query_len=shape.q_len, sliding_window=shape.window,
+                    sinks=shape.sinks, kv_cache_dtype=case.k_cache.dtype, device=dev)
+        # Owned by the caller, as a host owns it: graph capture never allocates.
+        floats = max(plan.workspace_floats for plan in plans.values())
+        ws = torch.empty(floats, dtype=torch.float32, device=dev) if floats else None
+        outs = [torch.full_like(case.q, float("nan")) for _ in case.block_tables]
+        calls = case.plugin_calls(outs, workspace=ws)
+        times, errors = {name: [] for name in sides}, {}
+        for name, fields in sides.items():
+            with ops.forced_launch(**fields):
+                calls[0]()
+                torch.cuda.synchronize()
+                errors[name] = inputs.rel_error(outs[0], ref)
+        for _ in range(args.rounds):
+            for name, fields in sides.items():
+                with ops.forced_launch(**fields):
+                    times[name].append(timing.graph_us(calls, target_ms=3.0, reps=10))
+        row = dict(shape=shape.label, forced=forced, rel_error=errors,
+                   launches={name: dataclasses.asdict(plan.launch) for name, plan in plans.items()})
+        for name in sides:
+            us = statistics.median(times[name])
+            rate = (shape.flop() / (us * 1e-6) / 1e12 if shape.q_len > 16
+                    else shape.kv_bytes() / (us * 1e-6) / 1e12)
+            row[name] = dict(us=us, rate=rate, rounds_us=times[name])
+        row["forced / chosen"] = row["forced"]["rate"] / row["chosen"]["rate"]
+        unit = "TFLOP/s" if shape.q_len > 16 else "TB/s"
+        print(f"{shape.label:<40} chosen {row['chosen']['rate']:8.2f}  forced {row['forced']['rate']:8.2f} {unit}"
+              f"  ratio {row['forced / chosen']:.3f}  (spread {min(times['chosen']):.1f}-{max(times['chosen']):.1f}"
+              f" / {min(times['forced']):.1f}-{max(times['forced']):.1f} us; err {errors['chosen']:.1e} /"
+              f" {errors['forced']:.1e})", flush=True)
+        rows.append(row)
+        del case, ref, outs, calls, ws
+        torch.cuda.empty_cache()
+    if args.json:
+        import triton
+        meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                    workload=args.workload, model=args.model or workload.model)
+        with open(args.json, "w") as f:
+            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
