@@ -80,7 +80,7 @@ class AttentionLaunch:
     # Query tiles run in reverse grid order (kernels/paged_attention.py, HEAVY_FIRST), so that the
     # tiles of a causal sequence that see the most keys start first.  Forced only: on the H200 it
     # moved prefill by -6 to +5 % with no rule from shapes that keeps only the gains (NOTES.md);
-    # ci/rocm_validate.sh times it on AMD, whose CUs take programs in grid order too.
+    # ci/rocm_validate.sh times it on AMD.
     heavy_first: bool = False
 
 
