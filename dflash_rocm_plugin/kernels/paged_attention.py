@@ -40,6 +40,9 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
 The key loop runs in two phases (as in Triton's fused-attention tutorial): the
 tiles every row of the program may fully see run without any mask; the few
 tiles at the causal diagonal, the sequence end or a window edge run masked.
+A sliding window's lower edge moves one key per query token, so it is at most
+BLOCK_Q - 1 keys wide: it gets tiles of its own width (EDGE_N keys,
+``ops.launch_config.window_edge_keys``) instead of a BLOCK_N-key tile that is mostly masked.
 The kernel is bound by HBM bandwidth (about 64 FLOP per K/V byte with a
 GQA-4 group of 16 tokens), so the hot loop must do little besides two dots
 and the exponentials while the next tiles stream in (``num_stages``).
@@ -236,7 +239,7 @@ def _attend_tile(
     key = tile_base + t * BLOCK_N + tl.arange(0, BLOCK_N)
     key_ok = key < kv_end
     if USE_WINDOW:
-        key_ok = key_ok & (key >= kv_begin)  # tile 0 may start below the window (see the kernel)
+        key_ok = key_ok & (key >= kv_begin)  # an edge tile may start below the window
     k_off, v_off = _kv_offsets(key, key_ok, kv_end, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
                                stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, MASKED, PAGE_IDS_ASM, OFFSETS_32)
@@ -311,7 +314,7 @@ def paged_attention_kernel(
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     GQA: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+    CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, EDGE_N: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr, OVERLAP_QK: tl.constexpr,
     USE_SINKS: tl.constexpr, USE_K_SCALE: tl.constexpr, USE_V_SCALE: tl.constexpr,
@@ -372,9 +375,10 @@ def paged_attention_kernel(
         scale = scale * tl.load(k_scale_ptr + kv_head * k_scale_stride)
 
     # Key range of this tile: [kv_begin, kv_end).  Keys in [full_begin, full_end) are visible to
-    # every row, so those tiles skip the mask entirely; only the tiles at the causal diagonal,
-    # the sequence end and the window's lower edge (it moves by one key per row, so it spans the
-    # block's rows) run masked.  Key tile t starts at key tile_base + t * BLOCK_N.
+    # every row, so those tiles skip the mask entirely; only the tiles at the causal diagonal and
+    # the sequence end run masked, and a window's lower edge [kv_begin, full_begin) (it moves by
+    # one key per row, so it is at most BLOCK_Q - 1 keys wide) runs masked in EDGE_N-key tiles of
+    # its own.  Key tile t starts at key tile_base + t * BLOCK_N.
     tile_first_pos = first_pos + local_tile * BLOCK_Q
     kv_end = seq_len
     full_end = seq_len
@@ -383,30 +387,33 @@ def paged_attention_kernel(
         full_end = tl.minimum(seq_len, tile_first_pos + 1)
     kv_begin = 0
     tile_base = 0
-    head_tiles = 0
-    num_kv_tiles = tl.cdiv(kv_end, BLOCK_N)
+    n_edge = 0
     if USE_WINDOW:
         kv_begin = tl.maximum(0, tile_first_pos - window + 1)   # the first row's window
         tile_last_pos = tl.minimum(tile_first_pos + BLOCK_Q - 1, seq_len - 1)
         full_begin = tl.maximum(kv_begin, tile_last_pos - window + 1)  # ... the last row's
-        # The tiles end at kv_end, so the one partial tile lies at the window's lower edge, which
-        # is masked anyway: a window of W + BLOCK_Q - 1 keys (W a multiple of BLOCK_N) is then one
-        # partial edge tile of BLOCK_Q - 1 keys plus full tiles, as many masked tiles as a block
-        # without a window has at its end (a draft block: none but that one).
-        num_kv_tiles = tl.cdiv(kv_end - kv_begin, BLOCK_N)
-        tile_base = kv_end - num_kv_tiles * BLOCK_N
-        head_tiles = tl.cdiv(full_begin - tile_base, BLOCK_N)
+        # The BLOCK_N-key tiles start at the last row's window: a window that is a multiple of
+        # BLOCK_N then ends in whole tiles, as a sequence of that many keys does.
+        tile_base = full_begin
+        n_edge = tl.cdiv(full_begin - kv_begin, EDGE_N)
+    num_kv_tiles = tl.cdiv(kv_end - tile_base, BLOCK_N)
     num_full_tiles = tl.maximum(full_end - tile_base, 0) // BLOCK_N
     tile_lo = 0
     tile_hi = num_kv_tiles
     if NUM_SPLITS > 1:
-        per_split = tl.cdiv(num_kv_tiles, NUM_SPLITS)
+        # The edge runs in the last split, which has the fewest whole tiles, and takes the place of
+        # one there: it waits on its own loads after the pipelined loop has drained, which costs
+        # more than a pipelined tile, so a split with a full share and the edge would finish last.
+        slots = num_kv_tiles
+        if USE_WINDOW:
+            slots += (n_edge > 0).to(tl.int32)
+            n_edge = tl.where(split == NUM_SPLITS - 1, n_edge, 0)
+        per_split = tl.cdiv(slots, NUM_SPLITS)
         tile_lo = split * per_split
         tile_hi = tl.minimum(tile_lo + per_split, num_kv_tiles)
-    # This split's tiles: masked [tile_lo, head_hi), unmasked [full_lo, full_hi), masked [full_hi, tile_hi).
-    head_hi = tl.minimum(tile_hi, head_tiles)
-    full_lo = tl.maximum(tile_lo, head_hi)
-    full_hi = tl.maximum(full_lo, tl.minimum(tile_hi, num_full_tiles))
+    # This split's tiles: unmasked [tile_lo, full_hi), masked [full_hi, tile_hi); the last split
+    # also the window's edge.
+    full_hi = tl.maximum(tile_lo, tl.minimum(tile_hi, num_full_tiles))
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -425,14 +432,14 @@ def paged_attention_kernel(
 
     if OVERLAP_QK:
         acc, l_i, m_i = _attend_full_tiles_overlapped(
-            acc, l_i, m_i, q, full_lo, full_hi, tile_base, kv_begin, kv_end,
+            acc, l_i, m_i, q, tile_lo, full_hi, tile_base, kv_begin, kv_end,
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
             dims, dim_ok, BLOCK_N, PAGE_SIZE, USE_SOFTCAP, DOT_PRECISION, PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8,
             FP8_DOTS, PV_T, P_INT_ROUND)
     else:
-        for t in range(full_lo, full_hi):
+        for t in range(tile_lo, full_hi):
             acc, l_i, m_i = _attend_tile(
                 acc, l_i, m_i, q, t, tile_base, kv_begin, kv_end, q_pos, window,
                 k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
@@ -440,14 +447,9 @@ def paged_attention_kernel(
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
                 dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
                 PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
-    # The masked tiles run last, in one short loop: the diagonal's and the sequence end's, and a
-    # window's lower-edge tiles, so the unmasked loop's pipeline starts at once instead of after
-    # a loop of its own (the online softmax does not depend on the order of tiles).
-    n_head = 0
-    if USE_WINDOW:
-        n_head = tl.maximum(head_hi - tile_lo, 0)
-    for i in range(0, n_head + tile_hi - full_hi):
-        t = tl.where(i < n_head, tile_lo + i, full_hi + i - n_head)
+    # The masked tiles run last, so that the unmasked loop's pipeline starts at once (the online
+    # softmax does not depend on the order of tiles): the diagonal's and the sequence end's ...
+    for t in range(full_hi, tile_hi):
         acc, l_i, m_i = _attend_tile(
             acc, l_i, m_i, q, t, tile_base, kv_begin, kv_end, q_pos, window,
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
@@ -455,6 +457,16 @@ def paged_attention_kernel(
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
             dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
             PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
+    # ... and the window's lower edge, in EDGE_N-key tiles ending where the BLOCK_N-key tiles start.
+    if USE_WINDOW:
+        for e in range(0, n_edge):
+            acc, l_i, m_i = _attend_tile(
+                acc, l_i, m_i, q, e, tile_base - n_edge * EDGE_N, kv_begin, kv_end, q_pos, window,
+                k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
+                stride_ks, stride_kh, stride_kd, stride_kb,
+                stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
+                dims, dim_ok, EDGE_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
+                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
 
     if PV_T:
         acc = tl.trans(acc)

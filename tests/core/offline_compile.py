@@ -110,6 +110,7 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
 
     from dflash_rocm_plugin.kernels import paged_attention as native
     from dflash_rocm_plugin.ops.backends.triton import _lacks_bf16_conversion
+    from dflash_rocm_plugin.ops.launch_config import window_edge_keys
     d, hq, hkv = head_dim, num_q_heads, num_kv_heads
     splits = cfg.num_splits
     cache_type, soft = _CACHE_TYPES[cache] if cache else (dtype, 0)
@@ -132,6 +133,7 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
     constexprs = dict(
         HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad, GQA=hq // hkv, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n, PAGE_SIZE=page_size, CAUSAL=causal, USE_WINDOW=window > 0,
+        EDGE_N=window_edge_keys(cfg.block_q, cfg.block_n, cfg.fp8_dots != "none" and cache is not None),
         USE_SOFTCAP=softcap > 0.0, NUM_SPLITS=splits, DOT_PRECISION="ieee" if dtype == "fp32" else None,
         PAGE_IDS_ASM=cfg.page_ids_asm, OFFSETS_32=cfg.offsets_32, OVERLAP_QK=cfg.overlap_qk,
         USE_SINKS=sinks, USE_K_SCALE=cache is not None, USE_V_SCALE=cache is not None, SOFT_FP8=soft,

@@ -253,9 +253,9 @@ def test_sliding_window_never_reads_blocks_that_left_it(causal, block_size):
 @pytest.mark.parametrize("splits", [None, 1, 3])
 @pytest.mark.parametrize("block_n", [None, 16], ids=["bn-default", "bn16"])
 def test_long_windows_mask_only_their_edges(causal, window, splits, block_n):
-    """Windows spanning several key tiles: the tiles end at the block's last key, so the partial
-    tile sits at the window's lower edge (which moves one key per row of the block); the tiles
-    between it and the diagonal run unmasked, the edges last.  The answer is unchanged, and
+    """Windows spanning several key tiles: the whole tiles start at the last row's window, the
+    window's lower edge (which moves one key per row of the block) runs in narrow tiles of its own,
+    the tiles between it and the diagonal run unmasked, the edges last.  The answer is unchanged, and
     pages wholly before every row's window (NaN) are never read."""
     case = build([600, 333, 40, 17], [16, 9, 16, 1], num_q_heads=4, num_kv_heads=1)
     for row, (s, q) in enumerate(zip(case.seq_lens.tolist(), [16, 9, 16, 1])):
@@ -268,10 +268,37 @@ def test_long_windows_mask_only_their_edges(causal, window, splits, block_n):
 
 
 @pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("window", [40, 70])
+def test_window_edge_wider_than_one_edge_tile(causal, splits, window):
+    """64-token query tiles over 16-key tiles: a window's lower edge (63 keys: it moves one key per
+    token) takes four EDGE_N-key tiles below the first whole tile, in the last split only; pages before
+    every row's window hold NaN and are never read."""
+    assert launch_config.window_edge_keys(64, 16, False) == 16
+    q_lens = [100, 64, 7]
+    case = build([300, 150, 90], q_lens, num_q_heads=2, num_kv_heads=1)
+    for row, (s, q) in enumerate(zip(case.seq_lens.tolist(), q_lens)):
+        gone = max(0, s - q - window + 1) // case.k_cache.shape[1]
+        case.k_cache[case.block_table[row, :gone].long()] = float("nan")
+        case.v_cache[case.block_table[row, :gone].long()] = float("nan")
+    with launch_config.forced(block_q=64, block_n=16):
+        out = check(case, causal=causal, sliding_window=window, num_kv_splits=splits)
+    assert torch.isfinite(out[: int(case.query_start_loc[-1])]).all()
+
+
+@pytest.mark.parametrize("block_q,block_n,fp8_dots,width", [
+    (16, 64, False, 16), (8, 64, False, 16), (1, 64, False, 16), (17, 64, False, 16), (18, 64, False, 32),
+    (64, 64, False, 64), (128, 64, False, 64), (64, 16, False, 16), (16, 64, True, 32), (16, 16, True, 32)])
+def test_window_edge_tile_width(block_q, block_n, fp8_dots, width):
+    """The edge (at most block_q - 1 keys) in the fewest tiles of the narrowest width a dot takes."""
+    assert launch_config.window_edge_keys(block_q, block_n, fp8_dots) == width
+
+
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("window", [2048, 2040, 100])
 def test_dflash2_window_block_of_8(causal, window):
-    """DFlash2: window 2048 and blocks of 8 over long contexts -- the window spans exactly one
-    partial edge tile plus whole tiles; a window that is no multiple of the tile, and one that
+    """DFlash2: window 2048 and blocks of 8 over long contexts -- the window spans one narrow edge
+    tile plus whole tiles; a window that is no multiple of the tile, and one that
     sees the whole of the shortest sequence, give the same answer as the reference."""
     case = build([2300, 2055, 64], [8, 8, 8], num_q_heads=4, num_kv_heads=1, head_dim=16)
     check(case, causal=causal, sliding_window=window)

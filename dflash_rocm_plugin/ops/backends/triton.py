@@ -71,6 +71,7 @@ class Launch:
             HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad,
             GQA=hq // hkv, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m,
             BLOCK_N=cfg.block_n, PAGE_SIZE=k_cache.shape[1], CAUSAL=call.causal, USE_WINDOW=call.window > 0,
+            EDGE_N=launch_config.window_edge_keys(cfg.block_q, cfg.block_n, fp8_code != 0),
             USE_SOFTCAP=call.softcap > 0.0, NUM_SPLITS=splits,
             DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
             PAGE_IDS_ASM=cfg.page_ids_asm, OVERLAP_QK=cfg.overlap_qk,
