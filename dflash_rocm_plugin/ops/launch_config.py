@@ -90,7 +90,7 @@ FP8_DOTS_MODES = ("none", "pv", "qk_pv")
 def window_edge_keys(block_q: int, block_n: int, fp8_dots: bool) -> int:
     """EDGE_N: keys per tile of a window's lower edge, which spans at most ``block_q - 1`` keys.
 
-    A power of two from the narrowest dot (16 keys; 32 for fp8 dot operands) up to ``block_n``.
+    A power of two, the narrowest a dot takes (16 keys; 32 for fp8 dot operands) or wider up to ``block_n``.
     """
     width = 32 if fp8_dots else 16
     while width < block_q - 1 and width < block_n:
