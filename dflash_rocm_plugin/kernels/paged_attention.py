@@ -393,11 +393,15 @@ def paged_attention_kernel(
         tile_last_pos = tl.minimum(tile_first_pos + BLOCK_Q - 1, seq_len - 1)
         full_begin = tl.maximum(kv_begin, tile_last_pos - window + 1)  # ... the last row's
         # The BLOCK_N-key tiles start at the last row's window: a window that is a multiple of
-        # BLOCK_N then ends in whole tiles, as a sequence of that many keys does.
-        tile_base = full_begin
-        n_edge = tl.cdiv(full_begin - kv_begin, EDGE_N)
+        # BLOCK_N then ends in whole tiles, as a sequence of that many keys does.  Keys that fit in
+        # one tile take one masked tile ending at kv_end instead (no edge tile beside it).
+        one_tile = kv_end - kv_begin <= BLOCK_N
+        tile_base = tl.where(one_tile, kv_end - BLOCK_N, full_begin)
+        n_edge = tl.where(one_tile, 0, tl.cdiv(full_begin - kv_begin, EDGE_N))
     num_kv_tiles = tl.cdiv(kv_end - tile_base, BLOCK_N)
     num_full_tiles = tl.maximum(full_end - tile_base, 0) // BLOCK_N
+    if USE_WINDOW:
+        num_full_tiles = tl.where(one_tile, 0, num_full_tiles)
     tile_lo = 0
     tile_hi = num_kv_tiles
     if NUM_SPLITS > 1:
