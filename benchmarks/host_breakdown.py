@@ -6,7 +6,7 @@
 verify q16 8x4K (attention + split merge) and decode q1 64x1K (one launch) calls of Qwen3-8B heads
 it times the host's part of each call, issued back to back while the stream is held behind a sleep
 (so no launch waits for the GPU): the call cache's key, the key and its lookup, ``run_prepared``
-(the launch path without the key), each kernel's relaunch, the bare ``CompiledKernel.run`` of each
+(the launch path without the key), the relaunch of the call's kernels, the bare ``CompiledKernel.run`` of each
 kernel (Triton's launcher alone, given addresses as the relaunch passes them, and given tensors),
 the whole call, vLLM's unified_attention on the same call (with ``--peers``), and as floors a
 one-argument Triton kernel's bare and JIT launches and ``torch.empty_like``.  Each row is the median of 9 rounds.
@@ -49,7 +49,7 @@ def child(calls: int, peers_dir: str | None) -> dict:
     import triton.language as tl
 
     from dflash_rocm_plugin import ops
-    from dflash_rocm_plugin.ops import _runtime, backends, call_cache, workspace
+    from dflash_rocm_plugin.ops import backends, call_cache, workspace
     from dflash_rocm_plugin.ops.backends import triton as triton_backend
 
     @triton.jit
@@ -82,12 +82,12 @@ def child(calls: int, peers_dir: str | None) -> dict:
         key = call_cache.key(*key_args)
         prepared = call_cache.get(key)
         launch = prepared.triton
-        kernels, _ = _runtime.kernels()
+        arguments = None
         p_out, p_lse = workspace.scratch(device, *launch.scratch.shape, ws) if launch.scratch else (out, out)
         q = case.q
         pointers = (q, case.k_cache, case.v_cache, out, table, case.seq_lens, case.query_start_loc, p_out, p_lse,
                     q, q, q)
-        att = launch.attention_launch
+        relaunch = launch.relaunch
         stage = {
             "call_cache.key": lambda: call_cache.key(*key_args),
             "key + lookup": lambda: call_cache.get(call_cache.key(*key_args)),
@@ -95,36 +95,25 @@ def child(calls: int, peers_dir: str | None) -> dict:
             "triton.launch (both kernels)": lambda: triton_backend.launch(
                 launch, q, case.k_cache, case.v_cache, out, table, case.seq_lens, case.query_start_loc,
                 None, None, None, ws),
-            "attention relaunch": lambda: att(kernels.paged_attention_kernel, launch.grid, pointers, launch.ints,
-                                              launch.constexprs),
+            "relaunch (every kernel of the call)": lambda: relaunch(launch.launches(), pointers),
         }
-        if att.variants:
-            compiled = next(iter(att.variants.values()))
-            g = launch.grid + (1,) * (3 - len(launch.grid))
-            addresses = [t.data_ptr() for t in pointers]
-            stage["attention CompiledKernel.run"] = lambda: compiled.run(
-                g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
-                *addresses, *att.fixed)
-            # What the relaunch paid before it passed addresses: the launcher asks each tensor for
-            # its address and the driver whether the GPU can reach it.
-            stage["attention CompiledKernel.run, tensors"] = lambda: compiled.run(
-                g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
-                *pointers, *att.fixed)
-        if launch.scratch is not None and launch.merge_launch.variants:
-            merge = launch.merge_launch
-            mc = next(iter(merge.variants.values()))
-            mp = (out, p_out, p_lse, case.query_start_loc)
-            stage["merge relaunch"] = lambda: merge(kernels.merge_splits_kernel, launch.merge_grid, mp,
-                                                    launch.merge_ints, launch.merge_constexprs)
-            merge_addresses = [t.data_ptr() for t in mp]
-            stage["merge CompiledKernel.run"] = lambda: mc.run(
-                launch.merge_grid[0], launch.merge_grid[1], 1, stream, mc.function, mc.packed_metadata,
-                None, None, None, *merge_addresses, *merge.fixed)
+        addresses = tuple(t.data_ptr() for t in pointers)
+        for name, (run, gx, gy, gz, function, metadata, take, fixed) in zip(
+                ("attention", "merge"), next(iter(relaunch.variants.values()), ())):
+            own = addresses if take is None else take(addresses)
+            stage[f"{name} CompiledKernel.run"] = lambda run=run, g=(gx, gy, gz), f=function, m=metadata, a=own, \
+                x=fixed: run(*g, stream, f, m, None, None, None, *a, *x)
+            if name == "attention":
+                # What the relaunch paid before it passed addresses: the launcher asks each tensor for
+                # its address and the driver whether the GPU can reach it.
+                stage["attention CompiledKernel.run, tensors"] = lambda run=run, g=(gx, gy, gz), f=function, \
+                    m=metadata, x=fixed: run(*g, stream, f, m, None, None, None, *pointers, *x)
+                arguments = len(pointers) + len(fixed)
         stage["whole ops.paged_attention"] = lambda: ops.paged_attention(*tensors, **kw)
         if peer is not None:
             stage["vLLM unified_attention, whole call"] = peer(case)[0][0]
         rows[label] = {name: _per_call_us(fn, calls) for name, fn in stage.items()}
-        rows[label]["kernel arguments"] = len(pointers) + len(att.fixed or ())
+        rows[label]["kernel arguments"] = arguments
         del case, out, ws
         torch.cuda.empty_cache()
     return rows

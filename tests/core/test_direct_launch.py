@@ -7,8 +7,9 @@
   GPU): a repeat call with the same alignments launches the kept kernel with the same arguments
   (tensors as their addresses), another alignment or device launches normally, set launch hooks
   launch normally, and an error in a direct launch runs the normal launch and ends direct launches;
-* a split call reads the device, stream and hooks once for both of its launches, and reuses its
-  workspace views while the buffer under them stays the same.
+* a split call relaunches both kernels from one reading of the device, stream and hooks, one key
+  and one lookup, each with its own pointers, and reuses its workspace views while the buffer
+  under them stays the same.
 
 Bitwise equality with the normal launch on real kernels, and under graph capture, is
 tests/gpu/test_direct_launch.py.
@@ -120,26 +121,26 @@ def test_the_interpreter_the_switch_and_other_releases_launch_normally(monkeypat
 class FakeCompiled:
     """Stands in for a CompiledKernel (needs a GPU): records launches."""
 
-    def __init__(self, log):
-        self.log, self.function, self.packed_metadata = log, "fn", "meta"
+    def __init__(self, log, name="attention"):
+        self.log, self.name, self.function, self.packed_metadata = log, name, "fn", "meta"
 
     def run(self, *args):
-        self.log.append(("direct", args))
+        self.log.append(("direct", args, self.name))
 
 
 class FakeJit:
     """A JITFunction of the real kernel's parameters whose launch is recorded instead of run."""
 
-    def __init__(self, interpreted, log):
+    def __init__(self, interpreted, log, name="attention"):
         real = _jit(interpreted)
         self.params, self.signature = real.params, real.signature
         self.pre_run_hooks, self.used_global_vals = [], {}
-        self.debug, self.log = None, log
+        self.debug, self.log, self.name = None, log, name
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            self.log.append(("jit", grid, args, kwargs))
-            return FakeCompiled(self.log)
+            self.log.append(("jit", grid, args, kwargs, self.name))
+            return FakeCompiled(self.log, self.name)
         return launch
 
 
@@ -149,7 +150,7 @@ def fake_gpu(monkeypatch):
     driver = types.SimpleNamespace(active=types.SimpleNamespace(get_current_device=lambda: state.device,
                                                                 get_current_stream=lambda d: 1000 + d))
     facts = types.SimpleNamespace(driver=driver, all_params=True, rocm=False,
-                                  hooks_unset=lambda: state.hooks is None, options=lambda jit: (jit.debug,))
+                                  hooks_unset=lambda: state.hooks is None, options=lambda: (False,))
     monkeypatch.setattr(triton_direct, "_facts", facts)
     return state
 
@@ -170,7 +171,7 @@ def test_repeat_calls_launch_the_kept_kernel_and_anything_new_launches_normally(
     launch, log, jit, ptrs, relaunch = _recorded_launch()
 
     def run(pointers=ptrs):
-        relaunch(jit, launch.grid, pointers, launch.ints, launch.constexprs)
+        relaunch(((jit, launch.grid, None, launch.ints, launch.constexprs),), pointers)
         return log[-1][0]
 
     assert run() == "jit"
@@ -200,13 +201,14 @@ def test_repeat_calls_launch_the_kept_kernel_and_anything_new_launches_normally(
 
 def test_an_error_in_a_direct_launch_runs_the_normal_one_and_ends_direct_launches(fake_gpu, caplog):
     launch, log, jit, ptrs, relaunch = _recorded_launch()
-    relaunch(jit, launch.grid, ptrs, launch.ints, launch.constexprs)
-    compiled = next(iter(relaunch.variants.values()))
+    launches = ((jit, launch.grid, None, launch.ints, launch.constexprs),)
+    relaunch(launches, ptrs)
+    key, kept = next(iter(relaunch.variants.items()))
 
     def broken(*args):
         raise TypeError("launcher takes other arguments")
-    compiled.run = broken
-    relaunch(jit, launch.grid, ptrs, launch.ints, launch.constexprs)
+    relaunch.variants[key] = ((broken, *kept[0][1:]),)
+    relaunch(launches, ptrs)
     assert log[-1][0] == "jit"
     assert triton_direct._facts is False
     assert "direct Triton launches switched off" in caplog.text
@@ -214,22 +216,20 @@ def test_an_error_in_a_direct_launch_runs_the_normal_one_and_ends_direct_launche
                                      "reason": "switched off after TypeError: launcher takes other arguments"}
     from dflash_rocm_plugin import doctor, ops
     assert "switched off after TypeError" in doctor._launch_line(ops.kernel_paths())
-    relaunch(jit, launch.grid, ptrs, launch.ints, launch.constexprs)
+    relaunch(launches, ptrs)
     assert log[-1][0] == "jit"
 
 
-def test_a_grid_of_fewer_than_three_dimensions_is_padded_with_ones(fake_gpu):
-    """The split merge launches on a 2-D grid: the launcher takes three sizes, as JITFunction.run
-    passes them (an unpadded grid raised IndexError on the H200 and ended direct launches)."""
-    launch, log, jit, ptrs, relaunch = _recorded_launch()
-    for grid in ((7, 3), (5,)):
-        relaunch(jit, grid, ptrs, launch.ints, launch.constexprs)
-        relaunch(jit, grid, ptrs, launch.ints, launch.constexprs)
-        assert log[-1][0] == "direct" and log[-1][1][:3] == (*grid, *(1,) * (3 - len(grid)))
-    assert triton_direct._facts
+def test_the_split_merge_is_launched_on_three_grid_sizes():
+    """The split merge's grid is 2-D; the launcher takes three sizes, as JITFunction.run passes
+    them (an unpadded grid raised IndexError on the H200 and ended direct launches)."""
+    call = _call(splits=4)
+    launch = triton_backend.Launch(call)
+    assert len(launch.grid) == 3
+    assert launch.merge_grid == (call.num_tokens, call.num_q_heads, 1)
 
 
-def test_a_split_call_reads_the_device_once_and_reuses_its_workspace_views(fake_gpu, monkeypatch):
+def test_a_split_call_relaunches_both_kernels_from_one_key_and_reuses_its_workspace_views(fake_gpu, monkeypatch):
     call = _call(splits=4)
     launch = triton_backend.Launch(call)
     assert launch.scratch is not None
@@ -239,7 +239,7 @@ def test_a_split_call_reads_the_device_once_and_reuses_its_workspace_views(fake_
     kernels, _ = _runtime.kernels()
     log = []
     fakes = {kernels.paged_attention_kernel: FakeJit(kernels.paged_attention_kernel, log),
-             kernels.merge_splits_kernel: FakeJit(kernels.merge_splits_kernel, log)}
+             kernels.merge_splits_kernel: FakeJit(kernels.merge_splits_kernel, log, "merge")}
     monkeypatch.setattr(_runtime, "kernels", lambda: (types.SimpleNamespace(
         paged_attention_kernel=fakes[kernels.paged_attention_kernel],
         merge_splits_kernel=fakes[kernels.merge_splits_kernel]), None))
@@ -253,8 +253,28 @@ def test_a_split_call_reads_the_device_once_and_reuses_its_workspace_views(fake_
     assert run() == ["jit", "jit"]
     first = launch.scratch.views(call.q.device, given)
     assert run() == ["direct", "direct"] and len(reads) == 2  # one reading per call, both launches
-    assert log[-1][1][9 + 1] == first[0].data_ptr() and log[-1][1][9 + 2] == first[1].data_ptr()
+    assert [entry[2] for entry in log[-2:]] == ["attention", "merge"]  # in order
+    assert len(launch.relaunch.variants) == 1  # one key for both kernels
+    (_, attention_args, _), (_, merge_args, _) = log[-2:]
+    q = call.q
+    attention_ptrs = (q, call.k_cache, call.v_cache, call.out, call.block_table, call.seq_lens,
+                      call.query_start_loc, first[0], first[1], q, q, q)
+    merge_ptrs = (call.out, first[0], first[1], call.query_start_loc)
+    fixed = [triton_direct._fixed_arguments(fakes[k], True, len(p), i, c) for k, p, i, c in (
+        (kernels.paged_attention_kernel, attention_ptrs, launch.ints, launch.constexprs),
+        (kernels.merge_splits_kernel, merge_ptrs, launch.merge_ints, launch.merge_constexprs))]
+    assert attention_args == (*launch.grid, 1000, "fn", "meta", None, None, None,
+                              *(p.data_ptr() for p in attention_ptrs), *fixed[0])
+    assert merge_args == (*launch.merge_grid, 1000, "fn", "meta", None, None, None,
+                          *(p.data_ptr() for p in merge_ptrs), *fixed[1])
     assert launch.scratch.views(call.q.device, given) is first  # same buffer: the same views
+    # The merge's direct launch fails after the attention's ran: both run again the normal way.
+    (key, (attention_kept, merge_kept)), = launch.relaunch.variants.items()
+
+    def broken(*args):
+        raise RuntimeError("merge launcher")
+    launch.relaunch.variants[key] = (attention_kept, (broken, *merge_kept[1:]))
+    assert run() == ["jit", "jit"] and log[-3][0] == "direct" and triton_direct._facts is False
     other = torch.empty_like(given)
     views = launch.scratch.views(call.q.device, other)
     assert views is not first and views[0].data_ptr() == other.data_ptr()

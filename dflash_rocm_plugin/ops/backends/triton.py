@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from dflash_rocm_plugin.ops import _runtime, launch_config, workspace
-from dflash_rocm_plugin.ops.backends import triton_direct
-from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher
+from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher, pick
 from dflash_rocm_plugin.ops.call import AttentionCall
 from dflash_rocm_plugin.ops.kv_cache import FP8_CODES
 from dflash_rocm_plugin.ops.support import native_fp8_dtype
@@ -37,7 +36,7 @@ class Launch:
     """Everything of a call's Triton launches that its shapes decide (``ops/call_cache.py``)."""
 
     __slots__ = ("cfg", "soft", "grid", "ints", "constexprs", "merge_grid", "merge_ints", "merge_constexprs",
-                 "scratch", "attention_launch", "merge_launch")
+                 "scratch", "relaunch", "_launches")
 
     def __init__(self, call: AttentionCall):
         cfg = self.cfg = plan(call)
@@ -85,14 +84,34 @@ class Launch:
         )
         if cfg.mfma_nonkdim and _runtime.is_rocm() and not _runtime.interpreting():
             self.constexprs["matrix_instr_nonkdim"] = cfg.mfma_nonkdim  # an AMD compile option
-        self.merge_grid = (tokens, hq)
+        self.merge_grid = (tokens, hq, 1)
         self.merge_ints = (seqs, *out_strides, *partial_strides)
         self.merge_constexprs = dict(
             HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad,
             NUM_SPLITS=splits, SPLITS_PAD=max(2, _runtime.next_power_of_2(splits)),
             num_warps=cfg.merge_warps,
         )
-        self.attention_launch, self.merge_launch = Relauncher(), Relauncher()
+        self.relaunch = Relauncher()
+        self._launches = None
+
+    def launches(self) -> tuple:
+        """``(jit, grid, take, ints, constexprs)`` of each kernel, in order (``Relauncher``); the
+        kernels are imported at the first launch, not when a call is validated."""
+        found = self._launches
+        if found is None:
+            kernels, _ = _runtime.kernels()
+            found = ((kernels.paged_attention_kernel, self.grid, None, self.ints, self.constexprs),)
+            if self.scratch is not None:
+                found += ((kernels.merge_splits_kernel, self.merge_grid, _MERGE_POINTERS, self.merge_ints,
+                           self.merge_constexprs),)
+            self._launches = found
+        return found
+
+
+# A call's pointers, all of them the attention kernel's: q, k_cache, v_cache, out, block_table,
+# seq_lens, query_start_loc, partial out, partial lse, sinks, k_scale, v_scale (q standing in for
+# each one switched off).  The split merge's:
+_MERGE_POINTERS = pick(3, 7, 8, 6)  # out, partial out, partial lse, query_start_loc
 
 
 def launch(prepared: Launch, q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, sinks, k_scale,
@@ -105,18 +124,11 @@ def launch(prepared: Launch, q, k_cache, v_cache, out, block_table, seq_lens, qu
         p_out, p_lse = prepared.scratch.views(q.device, given_workspace)
     else:
         p_out = p_lse = out  # not read when there is one split
-    kernels, _ = _runtime.kernels()
     unused = q  # a valid pointer for switched-off operands
-    context = triton_direct.begin()
-    prepared.attention_launch(
-        kernels.paged_attention_kernel, prepared.grid,
-        (q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, p_out, p_lse,
-         unused if sinks is None else sinks, unused if k_scale is None else k_scale,
-         unused if v_scale is None else v_scale),
-        prepared.ints, prepared.constexprs, context)
-    if prepared.scratch is not None:
-        prepared.merge_launch(kernels.merge_splits_kernel, prepared.merge_grid, (out, p_out, p_lse, query_start_loc),
-                              prepared.merge_ints, prepared.merge_constexprs, context)
+    prepared.relaunch(prepared._launches or prepared.launches(),
+                      (q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, p_out, p_lse,
+                       unused if sinks is None else sinks, unused if k_scale is None else k_scale,
+                       unused if v_scale is None else v_scale))
 
 
 def run(call: AttentionCall) -> None:

@@ -10,7 +10,8 @@ change -- each pointer's 16-byte alignment, on ROCm whether its storage fits 2 G
 the current device, Triton's debug and instrumentation settings -- and launches it with the
 arguments ``JITFunction.run`` passes its launcher, each tensor as its address.  A key finer than
 Triton's own only means more normal launches, never another kernel.  The launches of one call
-(attention and split merge) share one reading of the device, stream and hooks (``begin``).
+(attention and split merge) are relaunched together: one reading of the device, stream, hooks and
+settings (``begin``), of the pointers' addresses, one key and one lookup.
 
 Used only on the Triton releases whose launch convention was read from their source (3.2-3.6),
 never under the interpreter, and only while Triton's pre-run hooks and launch hooks are unset and
@@ -54,9 +55,11 @@ class _Facts:
         self.driver = driver
         # 3.2 passes only the non-constexpr arguments; 3.3-3.6 every parameter in order.
         self.all_params = version >= (3, 3)
+        self.hook_chain = None
         if version >= (3, 4):
             from triton import knobs
             self.knobs = knobs
+            self.hook_chain = getattr(knobs, "HookChain", None)
         else:
             from triton.compiler.compiler import CompiledKernel
             self.knobs = None
@@ -66,19 +69,21 @@ class _Facts:
 
     def hooks_unset(self) -> bool:
         if self.knobs is None:
-            hooks = (self.compiled_kernel.launch_enter_hook, self.compiled_kernel.launch_exit_hook)
+            enter, leave = self.compiled_kernel.launch_enter_hook, self.compiled_kernel.launch_exit_hook
         else:
-            hooks = (self.knobs.runtime.launch_enter_hook, self.knobs.runtime.launch_exit_hook)
+            enter, leave = self.knobs.runtime.launch_enter_hook, self.knobs.runtime.launch_exit_hook
         # 3.5+: chains of hooks, called only when they hold some.
-        return all(h is None or (type(h).__name__ == "HookChain" and not h.calls) for h in hooks)
+        chain = self.hook_chain
+        return ((enter is None or (type(enter) is chain and not enter.calls))
+                and (leave is None or (type(leave) is chain and not leave.calls)))
 
-    def options(self, jit) -> tuple:
-        """The run-time settings ``JITFunction.run`` adds to the compile options."""
+    def options(self) -> tuple:
+        """The process-wide run-time settings ``JITFunction.run`` adds to the compile options (each
+        kernel's own ``debug`` joins them in the key)."""
         if self.knobs is None:
-            return (jit.debug if hasattr(jit, "debug") else None, os.environ.get("TRITON_DEBUG", "0") == "1")
-        runtime = self.knobs.runtime
+            return (os.environ.get("TRITON_DEBUG", "0") == "1",)
         mode = self.knobs.compilation.instrumentation_mode if self.instrumentation else None
-        return (jit.debug, runtime.debug, mode)
+        return (self.knobs.runtime.debug, mode)
 
 
 def _load():
@@ -114,8 +119,8 @@ def _stop(exc: Exception) -> None:
 
 
 def begin():
-    """What the launches of one call share: ``(facts, device, stream)``, or None while direct
-    launches are off or Triton's launch hooks are set (then every launch is a normal one)."""
+    """What the launches of one call share: ``(facts, device, stream, options)``, or None while
+    direct launches are off or Triton's launch hooks are set (then every launch is a normal one)."""
     if _facts is None:
         _load()
     facts = _facts
@@ -126,60 +131,80 @@ def begin():
             return None
         active = facts.driver.active
         device = active.get_current_device()
-        return facts, device, active.get_current_stream(device)
+        return facts, device, active.get_current_stream(device), facts.options()
     except Exception as exc:  # noqa: BLE001 - whatever differs, the normal launch is right
         _stop(exc)
         return None
 
 
+def pick(*indices: int):
+    """Which of a call's pointers one kernel takes, in its parameter order: a function of the
+    call's pointer tuple (of tensors, or of their addresses) returning the kernel's; None for all."""
+    return operator.itemgetter(*indices) if len(indices) > 1 else (lambda items: (items[indices[0]],))
+
+
+def _take(take, items):
+    return items if take is None else take(items)
+
+
 class Relauncher:
-    """One prepared launch of one kernel: its compiled variants and their fixed arguments."""
+    """The prepared launches of one call -- the attention kernel, then the split merge when there is
+    one -- relaunched together: one reading of the pointers' addresses, one key, one lookup."""
 
     __slots__ = ("variants", "fixed")
 
     def __init__(self):
+        # key -> each launch's (launcher, grid x, y, z, function, metadata, take, fixed arguments)
         self.variants: dict = {}
-        self.fixed = None  # the arguments after the pointers, as the launcher takes them
+        self.fixed = None  # each launch's arguments after its pointers, as the launcher takes them
 
-    def __call__(self, jit, grid, pointers: tuple, ints: tuple, constexprs: dict, context=_MISSING) -> None:
-        """Launch ``jit`` on ``pointers`` (tensors); ``context``: this call's ``begin()``."""
+    def __call__(self, launches: tuple, pointers: tuple, context=_MISSING) -> None:
+        """Run ``launches`` in order, each ``(jit, grid, take, ints, constexprs)``: ``grid`` has three
+        sizes and ``take`` (from ``pick``, or None for all) selects the kernel's pointers from
+        ``pointers`` (tensors).  ``context``: this call's ``begin()``."""
         if context is _MISSING:
             context = begin()
         key = None
         if context is not None:
-            facts, device, stream = context
+            facts, device, stream, options = context
             try:
                 # The launcher takes addresses as they are; given tensors it would ask each for its
                 # address again and have the driver check that the GPU can reach it -- one driver
                 # call per pointer and launch.  The call's validation made those checks when its key
                 # was new, and every tensor's device is in that key.
-                addresses = list(map(_data_ptr, pointers))
-                key = self._key(facts, device, jit, pointers, addresses)
-                compiled = self.variants.get(key) if key is not None else None
-                if compiled is not None:
-                    # A grid of fewer than three dimensions is padded with 1s, as JITFunction.run does.
-                    gy = grid[1] if len(grid) > 1 else 1
-                    gz = grid[2] if len(grid) > 2 else 1
-                    compiled.run(grid[0], gy, gz, stream, compiled.function, compiled.packed_metadata,
-                                 None, None, None, *addresses, *self.fixed)
+                addresses = tuple(map(_data_ptr, pointers))
+                key = self._key(facts, device, options, launches, pointers, addresses)
+                kept = self.variants.get(key) if key is not None else None
+                if kept is not None:
+                    for run, gx, gy, gz, function, metadata, take, fixed in kept:
+                        run(gx, gy, gz, stream, function, metadata, None, None, None,
+                            *(addresses if take is None else take(addresses)), *fixed)
                     return
             except Exception as exc:  # noqa: BLE001 - whatever differs, the normal launch is right
                 _stop(exc)
                 key = None
-        compiled = jit[grid](*pointers, *ints, **constexprs)
+        # After a direct launch that failed part way the normal one runs every kernel again, which
+        # is safe: no kernel of a call writes what an earlier one reads.
+        compiled = tuple(jit[grid](*_take(take, pointers), *ints, **constexprs)
+                         for jit, grid, take, ints, constexprs in launches)
         if key is not None and len(self.variants) < MAX_VARIANTS:
             try:
-                self._keep(facts, jit, key, compiled, len(pointers), ints, constexprs)
+                self._keep(facts, launches, pointers, key, compiled)
             except Exception as exc:  # noqa: BLE001
                 _stop(exc)
 
     @staticmethod
-    def _key(facts: _Facts, device, jit, pointers: tuple, addresses: list):
-        if jit.pre_run_hooks:
-            return None
-        for (name, _), (value, globals_dict) in jit.used_global_vals.items():
-            if globals_dict.get(name, _MISSING) != value:
-                return None  # JITFunction.run raises for this
+    def _key(facts: _Facts, device, options: tuple, launches: tuple, pointers: tuple, addresses: tuple):
+        debug = ()
+        for launch in launches:
+            jit = launch[0]
+            if jit.pre_run_hooks:
+                return None
+            for (name, _), (value, globals_dict) in jit.used_global_vals.items():
+                now = globals_dict.get(name, _MISSING)
+                if now is not value and now != value:
+                    return None  # JITFunction.run raises for this
+            debug += (getattr(jit, "debug", None),)
         # Triton specializes each pointer on 16-byte alignment; all aligned is the common case.
         if functools.reduce(operator.or_, addresses, 0) & 15 == 0:
             aligned = True
@@ -187,15 +212,20 @@ class Relauncher:
             aligned = tuple(a & 15 == 0 for a in addresses)
         if facts.rocm:
             aligned = (aligned, tuple(p.untyped_storage().size() <= _INT32_MAX for p in pointers))
-        return (device, facts.options(jit), aligned)
+        return device, options, debug, aligned
 
-    def _keep(self, facts: _Facts, jit, key, compiled, num_pointers: int, ints: tuple, constexprs: dict) -> None:
-        if compiled is None or hasattr(compiled, "result") or not hasattr(compiled, "packed_metadata"):
+    def _keep(self, facts: _Facts, launches: tuple, pointers: tuple, key, compiled: tuple) -> None:
+        if not all(c is not None and not hasattr(c, "result") and hasattr(c, "packed_metadata") for c in compiled):
             return  # not a CompiledKernel (a future, a hook's answer): keep launching normally
         if self.fixed is None:
-            self.fixed = _fixed_arguments(jit, facts.all_params, num_pointers, ints, constexprs)
-        if self.fixed is not None:
-            self.variants[key] = compiled
+            fixed = tuple(_fixed_arguments(jit, facts.all_params, len(_take(take, pointers)), ints, constexprs)
+                          for jit, _, take, ints, constexprs in launches)
+            if any(f is None for f in fixed):
+                return
+            self.fixed = fixed
+        # ``run`` is read now, once: the compiled kernel built its launcher at its first launch.
+        self.variants[key] = tuple((c.run, *launch[1], c.function, c.packed_metadata, launch[2], fixed)
+                                   for c, launch, fixed in zip(compiled, launches, self.fixed))
 
 
 def _fixed_arguments(jit, all_params: bool, num_pointers: int, ints: tuple, constexprs: dict):
