@@ -1,0 +1,101 @@
+"""What one call after the bench's cache flush can reach at all: the floor under the one-call figures.
+
+    python benchmarks/one_call_floor.py [--json floor.json] [--reps 25]
+
+The bench's one-call timing (``bench.timing.flushed_us``) overwrites 1 GB before each call, which
+leaves the L2 full of dirty lines: the call's first reads evict them, and their write-back shares
+HBM with the call's own reads.  For the byte counts the q16 one-call goals are read against
+(Qwen3-8B KV of 8 x 4K and 1 x 4K: 134 MB and 17 MB), this times in one process
+
+* a plain streaming read of as many bytes (``torch.sum`` over a bf16 tensor) and
+* the plugin's q16 verify and draft of that shape (page 16, shuffled pages),
+
+each three ways: back-to-back (CUDA-graph replay, the bench's main figure), one call after the
+bench's flush (dirty L2), and one call after the flush and a 1 GB read of another buffer, which
+writes the dirty lines back before the call (clean, cold L2).  TB/s count the KV bytes (the read
+is sized to them), so the plugin's one-call figure can be read against the read's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+
+from host_cost import eager_call  # this folder: the scripts run as ``python benchmarks/<name>.py``
+
+FLUSH_BYTES = 1 << 30
+HOLD_CYCLES = 1_000_000
+
+
+def one_call_us(fn, reps: int, clean: bool) -> float:
+    dirty = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
+    other = torch.ones(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda") if clean else None
+    fn()
+    times = []
+    for _ in range(reps):
+        dirty.zero_()
+        if clean:
+            other.sum()  # reads evict the dirty lines: they are written back now, not during the call
+        torch.cuda._sleep(HOLD_CYCLES)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def rows(reps: int) -> list[dict]:
+    from dflash_rocm_plugin import ops
+    from dflash_rocm_plugin.bench import timing
+
+    device = torch.device("cuda")
+    found = []
+    for batch, context in ((8, 4096), (1, 4096)):
+        for mode in ("verify", "draft"):
+            shape, case, tensors, kw = eager_call(mode, batch, context, 16, device)
+            kv_bytes = shape.kv_bytes()
+            read = torch.ones(kv_bytes // 2, dtype=torch.bfloat16, device=device)
+            for label, fn in ((f"read {kv_bytes / 1e6:.0f} MB (torch.sum)", lambda: read.sum()),
+                              (f"plugin q16 {mode} {batch}x{context // 1024}K",
+                               lambda: ops.paged_attention(*tensors, **kw))):
+                if label.startswith("read") and mode == "draft":
+                    continue
+                us = {"back_to_back": timing.graph_us([fn]),
+                      "one_call_dirty_l2": one_call_us(fn, reps, clean=False),
+                      "one_call_clean_l2": one_call_us(fn, reps, clean=True)}
+                found.append({"what": label, "kv_bytes": kv_bytes, "us": us,
+                              "tbs": {k: kv_bytes / (v * 1e-6) / 1e12 for k, v in us.items()}})
+                t = found[-1]["tbs"]
+                print(f"{label:34} TB/s  back-to-back {t['back_to_back']:5.2f}  one call, dirty L2 "
+                      f"{t['one_call_dirty_l2']:5.2f}  clean L2 {t['one_call_clean_l2']:5.2f}", flush=True)
+            del case, tensors, kw, read
+            torch.cuda.empty_cache()
+    return found
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", default=None)
+    p.add_argument("--reps", type=int, default=25)
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("one_call_floor.py needs a GPU", file=sys.stderr)
+        return 2
+    import triton
+    found = rows(args.reps)
+    if args.json:
+        meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                    reps=args.reps, flush_bytes=FLUSH_BYTES)
+        with open(args.json, "w") as f:
+            json.dump(dict(meta=meta, rows=found), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
