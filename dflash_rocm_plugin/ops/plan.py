@@ -64,15 +64,16 @@ def workspace_floats(*, num_q_heads: int, num_kv_heads: int, head_dim: int, max_
     ``num_seqs x max(rows, block_q)``; the bound walks each sequence count and power of two of rows
     per sequence through the same chooser the calls use (the split count is constant within each
     such bucket: ``launch_config.query_tiles``), and then, for every tuned entry in force that
-    splits, the largest call of its bucket.
+    splits, the calls of its bucket with each power of two of rows per sequence up to its bound.
     """
     index = None if device is None else torch.device(device).index
     group = num_q_heads // num_kv_heads
     shape = dict(num_kv_heads=num_kv_heads, group=group, head_dim=head_dim, num_splits=None, device_index=index)
 
-    def need_of(num_seqs: int, rows: int, kv_len: int, **extra) -> tuple[int, launch_config.AttentionLaunch]:
+    def need_of(num_seqs: int, rows: int, kv_len: int, bound: int | None = None,
+                **extra) -> tuple[int, launch_config.AttentionLaunch]:
         cfg = launch_config.choose(num_tokens=num_seqs * rows, num_seqs=num_seqs, kv_capacity=kv_len,
-                                   max_query_len=rows, **shape, **extra)
+                                   max_query_len=rows if bound is None else bound, **shape, **extra)
         floats = workspace.elements(cfg.num_splits, num_seqs * max(rows, cfg.block_q), num_q_heads, head_dim)
         return (floats if cfg.num_splits > 1 else 0), cfg
 
@@ -90,6 +91,11 @@ def workspace_floats(*, num_q_heads: int, num_kv_heads: int, head_dim: int, max_
         if tuple(heads) != (num_q_heads, num_kv_heads, head_dim) or batch // 2 >= max_num_seqs \
                 or context // 2 >= max_kv_len:
             continue  # no call of this layout and size reaches the bucket
-        need = max(need, need_of(min(batch, max_num_seqs), q, min(context, max_kv_len), page_size=page,
-                                 dtype=dtype, kv_cache_dtype=kv_dtype, causal=causal)[0])
+        # The bucket's q is the host's bound on rows per sequence; a call under it with fewer rows on
+        # average may split where one of q rows each would not (launch_config.may_split).
+        rows = 1
+        while rows <= q:
+            need = max(need, need_of(min(batch, max_num_seqs), rows, min(context, max_kv_len), bound=q,
+                                     page_size=page, dtype=dtype, kv_cache_dtype=kv_dtype, causal=causal)[0])
+            rows *= 2
     return need

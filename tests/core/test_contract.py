@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from dflash_rocm_plugin import __version__, ops
 from dflash_rocm_plugin.ops import _runtime, tuned, workspace
@@ -159,6 +159,9 @@ def test_workspace_floats_covers_query_tiles_of_groups_that_do_not_divide_64(mon
        window=st.sampled_from([None, 128, 4096]), own_splits=st.integers(1, 32),
        others=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 6), st.integers(0, 16), st.sampled_from([1, 16]),
                                  st.booleans(), st.integers(1, 32)), max_size=8))
+# A bucket bounded by 17 rows a sequence (q 32) holds calls of 9 rows on average, which split.
+@example(device="H200", num_seqs=2, q_lens=[1, 17], context=1, page=1, heads=(32, 8, 128), causal=False, q_cap=300,
+         bound_known=True, window=None, own_splits=2, others=[])
 def test_workspace_floats_covers_tuned_split_counts(device, num_seqs, q_lens, context, page, heads, causal, q_cap,
                                                     bound_known, window, own_splits, others):
     """With tuned entries in force (one at the call's own bucket, others anywhere), whatever KV splits they
