@@ -7,13 +7,15 @@ leaves the L2 full of dirty lines: the call's first reads evict them, and their 
 HBM with the call's own reads.  For the byte counts the q16 one-call goals are read against
 (Qwen3-8B KV of 8 x 4K and 1 x 4K: 134 MB and 17 MB), this times in one process
 
-* a plain streaming read of as many bytes (``torch.sum`` over a bf16 tensor) and
-* the plugin's q16 verify and draft of that shape (page 16, shuffled pages),
+* two plain streaming reads of as many bytes: ``torch.sum`` over a bf16 tensor, and a Triton kernel
+  whose programs (four per multiprocessor) each sum strided 16 KB chunks,
+* the plugin's q16 verify and draft of that shape (page 16, shuffled pages; the 1 x 4K block also
+  with the split counts of ``--splits-1x4k`` forced),
 
 each three ways: back-to-back (CUDA-graph replay, the bench's main figure), one call after the
 bench's flush (dirty L2), and one call after the flush and a 1 GB read of another buffer, which
-writes the dirty lines back before the call (clean, cold L2).  TB/s count the KV bytes (the read
-is sized to them), so the plugin's one-call figure can be read against the read's.
+writes the dirty lines back before the call (clean, cold L2).  TB/s count the KV bytes (the reads
+are sized to them), so the plugin's one-call figure can be read against the reads'.
 """
 
 from __future__ import annotations
@@ -24,11 +26,28 @@ import statistics
 import sys
 
 import torch
+import triton
+import triton.language as tl
 
 from host_cost import eager_call  # this folder: the scripts run as ``python benchmarks/<name>.py``
 
 FLUSH_BYTES = 1 << 30
 HOLD_CYCLES = 1_000_000
+
+
+@triton.jit
+def _stream_read(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    step = tl.num_programs(0) * BLOCK
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(pid * BLOCK, n, step):
+        offs = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+
+def stream_read(x: torch.Tensor, partial: torch.Tensor) -> None:
+    _stream_read[(partial.numel(),)](x, partial, x.numel(), BLOCK=8192, num_warps=8)
 
 
 def one_call_us(fn, reps: int, clean: bool) -> float:
@@ -50,7 +69,7 @@ def one_call_us(fn, reps: int, clean: bool) -> float:
     return statistics.median(times)
 
 
-def rows(reps: int) -> list[dict]:
+def rows(reps: int, extra_splits: tuple[int, ...]) -> list[dict]:
     from dflash_rocm_plugin import ops
     from dflash_rocm_plugin.bench import timing
 
@@ -61,9 +80,15 @@ def rows(reps: int) -> list[dict]:
             shape, case, tensors, kw = eager_call(mode, batch, context, 16, device)
             kv_bytes = shape.kv_bytes()
             read = torch.ones(kv_bytes // 2, dtype=torch.bfloat16, device=device)
-            for label, fn in ((f"read {kv_bytes / 1e6:.0f} MB (torch.sum)", lambda: read.sum()),
-                              (f"plugin q16 {mode} {batch}x{context // 1024}K",
-                               lambda: ops.paged_attention(*tensors, **kw))):
+            partial = torch.empty(4 * torch.cuda.get_device_properties(device).multi_processor_count,
+                                  dtype=torch.float32, device=device)
+            timed = [(f"read {kv_bytes / 1e6:.0f} MB (torch.sum)", lambda: read.sum()),
+                     (f"read {kv_bytes / 1e6:.0f} MB (Triton stream)", lambda: stream_read(read, partial)),
+                     (f"plugin q16 {mode} {batch}x{context // 1024}K", lambda: ops.paged_attention(*tensors, **kw))]
+            for splits in (extra_splits if batch == 1 else ()):
+                forced = dict(kw, num_kv_splits=splits)
+                timed.append((f"  ... {splits} splits", lambda forced=forced: ops.paged_attention(*tensors, **forced)))
+            for label, fn in timed:
                 if label.startswith("read") and mode == "draft":
                     continue
                 us = {"back_to_back": timing.graph_us([fn]),
@@ -74,7 +99,7 @@ def rows(reps: int) -> list[dict]:
                 t = found[-1]["tbs"]
                 print(f"{label:34} TB/s  back-to-back {t['back_to_back']:5.2f}  one call, dirty L2 "
                       f"{t['one_call_dirty_l2']:5.2f}  clean L2 {t['one_call_clean_l2']:5.2f}", flush=True)
-            del case, tensors, kw, read
+            del case, tensors, kw, read, partial
             torch.cuda.empty_cache()
     return found
 
@@ -83,12 +108,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", default=None)
     p.add_argument("--reps", type=int, default=25)
+    p.add_argument("--splits-1x4k", default="8,16", help="split counts forced on the 1 x 4K block besides its own")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("one_call_floor.py needs a GPU", file=sys.stderr)
         return 2
-    import triton
-    found = rows(args.reps)
+    found = rows(args.reps, tuple(int(x) for x in args.splits_1x4k.split(",") if x))
     if args.json:
         meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                     reps=args.reps, flush_bytes=FLUSH_BYTES)
