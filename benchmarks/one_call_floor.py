@@ -9,13 +9,16 @@ HBM with the call's own reads.  For the byte counts the q16 one-call goals are r
 
 * two plain streaming reads of as many bytes: ``torch.sum`` over a bf16 tensor, and a Triton kernel
   whose programs (four per multiprocessor) each sum strided 16 KB chunks,
-* the plugin's q16 verify and draft of that shape (page 16, shuffled pages; the 1 x 4K block also
-  with the split counts of ``--splits-1x4k`` forced),
+* the plugin's q16 verify and draft of that shape (page 16, shuffled pages), and a batch-1 decode
+  (q1 1 x 4K); each batch-1 call also with the split counts of ``--splits-1x4k`` forced, and with
+  its split merge in 4 warps,
 
 each three ways: back-to-back (CUDA-graph replay, the bench's main figure), one call after the
 bench's flush (dirty L2), and one call after the flush and a 1 GB read of another buffer, which
 writes the dirty lines back before the call (clean, cold L2).  TB/s count the KV bytes (the reads
-are sized to them), so the plugin's one-call figure can be read against the reads'.
+are sized to them), so the plugin's one-call figure can be read against the reads'.  For the
+plugin's rows the profiler also divides the dirty one-call time between its two kernels (the
+attention and, with split KV, the merge); the rest is the gap between them.
 """
 
 from __future__ import annotations
@@ -69,38 +72,73 @@ def one_call_us(fn, reps: int, clean: bool) -> float:
     return statistics.median(times)
 
 
+def kernel_us(fn, reps: int) -> dict:
+    """Mean GPU time of each of the plugin's kernels in one call after the (dirty) flush, from the
+    profiler: how the one-call time divides between the attention and the split merge."""
+    from torch.profiler import ProfilerActivity, profile
+
+    dirty = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            dirty.zero_()
+            torch.cuda._sleep(HOLD_CYCLES)
+            fn()
+        torch.cuda.synchronize()
+    found = {}
+    for event in prof.key_averages():
+        for name in ("paged_attention_kernel", "merge_splits_kernel"):
+            if name in event.key:
+                total = getattr(event, "device_time_total", None) or event.cuda_time_total
+                found[name] = total / max(1, event.count)
+    return found
+
+
 def rows(reps: int, extra_splits: tuple[int, ...]) -> list[dict]:
     from dflash_rocm_plugin import ops
     from dflash_rocm_plugin.bench import timing
 
     device = torch.device("cuda")
     found = []
-    for batch, context in ((8, 4096), (1, 4096)):
-        for mode in ("verify", "draft"):
-            shape, case, tensors, kw = eager_call(mode, batch, context, 16, device)
-            kv_bytes = shape.kv_bytes()
-            read = torch.ones(kv_bytes // 2, dtype=torch.bfloat16, device=device)
-            partial = torch.empty(4 * torch.cuda.get_device_properties(device).multi_processor_count,
-                                  dtype=torch.float32, device=device)
-            timed = [(f"read {kv_bytes / 1e6:.0f} MB (torch.sum)", lambda: read.sum()),
-                     (f"read {kv_bytes / 1e6:.0f} MB (Triton stream)", lambda: stream_read(read, partial)),
-                     (f"plugin q16 {mode} {batch}x{context // 1024}K", lambda: ops.paged_attention(*tensors, **kw))]
-            for splits in (extra_splits if batch == 1 else ()):
-                forced = dict(kw, num_kv_splits=splits)
-                timed.append((f"  ... {splits} splits", lambda forced=forced: ops.paged_attention(*tensors, **forced)))
-            for label, fn in timed:
-                if label.startswith("read") and mode == "draft":
-                    continue
-                us = {"back_to_back": timing.graph_us([fn]),
-                      "one_call_dirty_l2": one_call_us(fn, reps, clean=False),
-                      "one_call_clean_l2": one_call_us(fn, reps, clean=True)}
-                found.append({"what": label, "kv_bytes": kv_bytes, "us": us,
-                              "tbs": {k: kv_bytes / (v * 1e-6) / 1e12 for k, v in us.items()}})
-                t = found[-1]["tbs"]
-                print(f"{label:34} TB/s  back-to-back {t['back_to_back']:5.2f}  one call, dirty L2 "
-                      f"{t['one_call_dirty_l2']:5.2f}  clean L2 {t['one_call_clean_l2']:5.2f}", flush=True)
-            del case, tensors, kw, read, partial
-            torch.cuda.empty_cache()
+    for batch, context, mode, q_len in ((8, 4096, "verify", 16), (8, 4096, "draft", 16), (1, 4096, "verify", 16),
+                                        (1, 4096, "draft", 16), (1, 4096, "verify", 1)):
+        shape, case, tensors, kw = eager_call(mode, batch, context, q_len, device)
+        kv_bytes = shape.kv_bytes()
+        read = torch.ones(kv_bytes // 2, dtype=torch.bfloat16, device=device)
+        partial = torch.empty(4 * torch.cuda.get_device_properties(device).multi_processor_count,
+                              dtype=torch.float32, device=device)
+        timed = [(f"plugin q{q_len} {mode if q_len > 1 else 'decode'} {batch}x{context // 1024}K",
+                  lambda: ops.paged_attention(*tensors, **kw))]
+        if mode == "verify" and q_len > 1:
+            timed[:0] = [(f"read {kv_bytes / 1e6:.0f} MB (torch.sum)", lambda: read.sum()),
+                         (f"read {kv_bytes / 1e6:.0f} MB (Triton stream)", lambda: stream_read(read, partial))]
+        for splits in (extra_splits if batch == 1 else ()):
+            forced = dict(kw, num_kv_splits=splits)
+            timed.append((f"  ... {splits} splits", lambda forced=forced: ops.paged_attention(*tensors, **forced)))
+        if batch == 1:
+            def merge_in_four_warps():
+                with ops.forced_launch(merge_warps=4):
+                    ops.paged_attention(*tensors, **kw)
+            timed.append(("  ... merge in 4 warps", merge_in_four_warps))
+        for label, fn in timed:
+            us = {"back_to_back": timing.graph_us([fn]),
+                  "one_call_dirty_l2": one_call_us(fn, reps, clean=False),
+                  "one_call_clean_l2": one_call_us(fn, reps, clean=True)}
+            try:
+                kernels = kernel_us(fn, reps) if not label.startswith("read") else {}
+            except Exception as exc:  # noqa: BLE001 - a profiler that fails leaves the timings
+                print(f"profiler: {type(exc).__name__}: {exc}", file=sys.stderr)
+                kernels = {}
+            found.append({"what": label, "kv_bytes": kv_bytes, "us": us, "kernel_us_one_call_dirty": kernels,
+                          "tbs": {k: kv_bytes / (v * 1e-6) / 1e12 for k, v in us.items()}})
+            t = found[-1]["tbs"]
+            split = "".join(f"  {k.split('_')[0]} {v:5.1f} us" for k, v in kernels.items())
+            print(f"{label:34} TB/s  back-to-back {t['back_to_back']:5.2f}  one call, dirty L2 "
+                  f"{t['one_call_dirty_l2']:5.2f} ({us['one_call_dirty_l2']:5.1f} us{split})  clean L2 "
+                  f"{t['one_call_clean_l2']:5.2f}", flush=True)
+        del case, tensors, kw, read, partial
+        torch.cuda.empty_cache()
     return found
 
 
