@@ -220,6 +220,28 @@ def test_an_error_in_a_direct_launch_runs_the_normal_one_and_ends_direct_launche
     assert log[-1][0] == "jit"
 
 
+def test_the_key_follows_tritons_settings_and_on_rocm_its_buffer_ops_switch():
+    """JITFunction.run compiles anew when TRITON_DEBUG or the instrumentation mode changes, and on ROCm
+    a pointer's storage size is part of its specialization only while buffer ops are on."""
+    knobs = types.SimpleNamespace(runtime=types.SimpleNamespace(debug=False),
+                                  compilation=types.SimpleNamespace(instrumentation_mode="off"),
+                                  amd=types.SimpleNamespace(use_buffer_ops=True))
+    facts = types.SimpleNamespace(knobs=knobs, instrumentation=True, rocm=True)
+    seen = {triton_direct._Facts.options(facts)}
+    knobs.amd.use_buffer_ops = False
+    seen.add(triton_direct._Facts.options(facts))
+    knobs.runtime.debug = True
+    seen.add(triton_direct._Facts.options(facts))
+    knobs.compilation.instrumentation_mode = "fpsan"
+    seen.add(triton_direct._Facts.options(facts))
+    assert len(seen) == 4
+    facts.rocm = False  # NVIDIA has no buffer ops: the switch is not read
+    knobs.amd.use_buffer_ops = True
+    on = triton_direct._Facts.options(facts)
+    knobs.amd.use_buffer_ops = False
+    assert triton_direct._Facts.options(facts) == on
+
+
 def test_the_split_merge_is_launched_on_three_grid_sizes():
     """The split merge's grid is 2-D; the launcher takes three sizes, as JITFunction.run passes
     them (an unpadded grid raised IndexError on the H200 and ended direct launches)."""

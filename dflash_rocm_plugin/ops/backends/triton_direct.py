@@ -6,8 +6,8 @@ microseconds for the ~70 arguments of the attention kernel, paid per layer when 
 attention eagerly.  A prepared launch (``ops/call_cache.py``) already fixes every dtype, integer
 and constexpr argument, so the only specialization left to a repeat call is that of its pointers.
 This module keys the ``CompiledKernel`` that ``JITFunction.run`` returned by what that can still
-change -- each pointer's 16-byte alignment, on ROCm whether its storage fits 2 GB (buffer ops),
-the current device, Triton's debug and instrumentation settings -- and launches it with the
+change -- each pointer's 16-byte alignment, on ROCm whether its storage fits 2 GB and whether
+buffer ops are on, the current device, Triton's debug and instrumentation settings -- and launches it with the
 arguments ``JITFunction.run`` passes its launcher, each tensor as its address.  A key finer than
 Triton's own only means more normal launches, never another kernel.  The launches of one call
 (attention and split merge) are relaunched together: one reading of the device, stream, hooks and
@@ -83,6 +83,8 @@ class _Facts:
         if self.knobs is None:
             return (os.environ.get("TRITON_DEBUG", "0") == "1",)
         mode = self.knobs.compilation.instrumentation_mode if self.instrumentation else None
+        if self.rocm:  # ROCm specializes a pointer on its storage's size only while buffer ops are on
+            return (self.knobs.runtime.debug, mode, getattr(getattr(self.knobs, "amd", None), "use_buffer_ops", None))
         return (self.knobs.runtime.debug, mode)
 
 
