@@ -303,3 +303,30 @@ def test_a_split_call_relaunches_both_kernels_from_one_key_and_reuses_its_worksp
     assert views[1].data_ptr() == other.data_ptr() + 4 * 4 * call.num_tokens * call.num_q_heads * call.head_dim
     with pytest.raises(ValueError, match="workspace holds"):
         launch.scratch.views(call.q.device, given[:10])  # a smaller buffer is checked again
+
+
+def test_kernels_replaced_after_a_launch_are_launched_as_they_are(fake_gpu, monkeypatch):
+    """A prepared launch keeps the compiled kernels of the kernel objects it launched; when
+    ``_runtime.kernels`` answers other objects (a test's stand-ins), those run, normally first."""
+    call = _call(splits=4)
+    launch = triton_backend.Launch(call)
+    kernels, _ = _runtime.kernels()
+    log = []
+
+    def use(suffix):
+        fakes = types.SimpleNamespace(
+            paged_attention_kernel=FakeJit(kernels.paged_attention_kernel, log, "attention" + suffix),
+            merge_splits_kernel=FakeJit(kernels.merge_splits_kernel, log, "merge" + suffix))
+        monkeypatch.setattr(_runtime, "kernels", lambda: (fakes, None))
+
+    def run():
+        triton_backend.launch(launch, call.q, call.k_cache, call.v_cache, call.out, call.block_table,
+                              call.seq_lens, call.query_start_loc, None, None, None, None)
+        return [(entry[0], entry[-1]) for entry in log[-2:]]
+
+    use("")
+    assert run() == [("jit", "attention"), ("jit", "merge")]
+    assert run() == [("direct", "attention"), ("direct", "merge")]
+    use(" again")
+    assert run() == [("jit", "attention again"), ("jit", "merge again")]
+    assert run() == [("direct", "attention again"), ("direct", "merge again")]

@@ -97,9 +97,11 @@ class Launch:
     def launches(self) -> tuple:
         """``(jit, grid, take, ints, constexprs)`` of each kernel, in order (``Relauncher``); the
         kernels are imported at the first launch, not when a call is validated."""
+        kernels, _ = _runtime.kernels()
         found = self._launches
-        if found is None:
-            kernels, _ = _runtime.kernels()
+        if found is None or found[0][0] is not kernels.paged_attention_kernel:
+            if found is not None:
+                self.relaunch = Relauncher()  # what it kept was compiled from other kernel objects
             found = ((kernels.paged_attention_kernel, self.grid, None, self.ints, self.constexprs),)
             if self.scratch is not None:
                 found += ((kernels.merge_splits_kernel, self.merge_grid, _MERGE_POINTERS, self.merge_ints,
@@ -125,10 +127,10 @@ def launch(prepared: Launch, q, k_cache, v_cache, out, block_table, seq_lens, qu
     else:
         p_out = p_lse = out  # not read when there is one split
     unused = q  # a valid pointer for switched-off operands
-    prepared.relaunch(prepared._launches or prepared.launches(),
-                      (q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, p_out, p_lse,
-                       unused if sinks is None else sinks, unused if k_scale is None else k_scale,
-                       unused if v_scale is None else v_scale))
+    launches = prepared.launches()  # first: it may replace the relauncher
+    prepared.relaunch(launches, (q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, p_out, p_lse,
+                                 unused if sinks is None else sinks, unused if k_scale is None else k_scale,
+                                 unused if v_scale is None else v_scale))
 
 
 def run(call: AttentionCall) -> None:
