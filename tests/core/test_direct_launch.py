@@ -330,3 +330,23 @@ def test_kernels_replaced_after_a_launch_are_launched_as_they_are(fake_gpu, monk
     use(" again")
     assert run() == [("jit", "attention again"), ("jit", "merge again")]
     assert run() == [("direct", "attention again"), ("direct", "merge again")]
+
+
+def test_on_rocm_a_storage_on_the_other_side_of_2_gb_launches_normally(fake_gpu, monkeypatch):
+    """ROCm specializes a pointer on whether its storage fits 2 GB (buffer ops): a repeat call whose
+    tensor lies in a larger storage, same shape, strides and alignment, is another variant."""
+    monkeypatch.setattr(triton_direct._facts, "rocm", True)
+    launch, log, jit, ptrs, relaunch = _recorded_launch()
+    limit = max(p.untyped_storage().nbytes() for p in ptrs)
+    monkeypatch.setattr(triton_direct, "_INT32_MAX", limit)  # every storage of the call "fits"
+
+    def run(pointers=ptrs):
+        relaunch(((jit, launch.grid, None, launch.ints, launch.constexprs),), pointers)
+        return log[-1][0]
+
+    assert run() == "jit" and run() == "direct"
+    big = torch.zeros(limit // ptrs[0].element_size() + 64)[:ptrs[0].numel()].view_as(ptrs[0])
+    assert big.untyped_storage().nbytes() > limit and big.data_ptr() % 16 == 0
+    assert run((big, *ptrs[1:])) == "jit"
+    assert run((big, *ptrs[1:])) == "direct"
+    assert run() == "direct" and len(relaunch.variants) == 2
