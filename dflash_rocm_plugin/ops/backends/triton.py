@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from dflash_rocm_plugin.ops import _runtime, launch_config, workspace
-from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher, pick
+from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher
 from dflash_rocm_plugin.ops.call import AttentionCall
 from dflash_rocm_plugin.ops.kv_cache import FP8_CODES
 from dflash_rocm_plugin.ops.support import native_fp8_dtype
@@ -113,7 +115,7 @@ class Launch:
 # A call's pointers, all of them the attention kernel's: q, k_cache, v_cache, out, block_table,
 # seq_lens, query_start_loc, partial out, partial lse, sinks, k_scale, v_scale (q standing in for
 # each one switched off).  The split merge's:
-_MERGE_POINTERS = pick(3, 7, 8, 6)  # out, partial out, partial lse, query_start_loc
+_MERGE_POINTERS = operator.itemgetter(3, 7, 8, 6)  # out, partial out, partial lse, query_start_loc
 
 
 def launch(prepared: Launch, q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, sinks, k_scale,

@@ -139,12 +139,6 @@ def begin():
         return None
 
 
-def pick(*indices: int):
-    """Which of a call's pointers one kernel takes, in its parameter order: a function of the
-    call's pointer tuple (of tensors, or of their addresses) returning the kernel's; None for all."""
-    return operator.itemgetter(*indices) if len(indices) > 1 else (lambda items: (items[indices[0]],))
-
-
 def _take(take, items):
     return items if take is None else take(items)
 
@@ -153,17 +147,17 @@ class Relauncher:
     """The prepared launches of one call -- the attention kernel, then the split merge when there is
     one -- relaunched together: one reading of the pointers' addresses, one key, one lookup."""
 
-    __slots__ = ("variants", "fixed")
+    __slots__ = ("variants",)
 
     def __init__(self):
-        # key -> each launch's (launcher, grid x, y, z, function, metadata, take, fixed arguments)
+        # key -> each launch's (launcher, grid x, y, z, function, metadata, take, the arguments after
+        # its pointers as the launcher takes them)
         self.variants: dict = {}
-        self.fixed = None  # each launch's arguments after its pointers, as the launcher takes them
 
     def __call__(self, launches: tuple, pointers: tuple, context=_MISSING) -> None:
         """Run ``launches`` in order, each ``(jit, grid, take, ints, constexprs)``: ``grid`` has three
-        sizes and ``take`` (from ``pick``, or None for all) selects the kernel's pointers from
-        ``pointers`` (tensors).  ``context``: this call's ``begin()``."""
+        sizes and ``take`` (an ``operator.itemgetter`` of several indices, or None for all)
+        selects the kernel's pointers from ``pointers`` (tensors).  ``context``: this call's ``begin()``."""
         if context is _MISSING:
             context = begin()
         key = None
@@ -219,15 +213,13 @@ class Relauncher:
     def _keep(self, facts: _Facts, launches: tuple, pointers: tuple, key, compiled: tuple) -> None:
         if not all(c is not None and not hasattr(c, "result") and hasattr(c, "packed_metadata") for c in compiled):
             return  # not a CompiledKernel (a future, a hook's answer): keep launching normally
-        if self.fixed is None:
-            fixed = tuple(_fixed_arguments(jit, facts.all_params, len(_take(take, pointers)), ints, constexprs)
-                          for jit, _, take, ints, constexprs in launches)
-            if any(f is None for f in fixed):
-                return
-            self.fixed = fixed
+        fixed = tuple(_fixed_arguments(jit, facts.all_params, len(_take(take, pointers)), ints, constexprs)
+                      for jit, _, take, ints, constexprs in launches)
+        if any(f is None for f in fixed):
+            return
         # ``run`` is read now, once: the compiled kernel built its launcher at its first launch.
-        self.variants[key] = tuple((c.run, *launch[1], c.function, c.packed_metadata, launch[2], fixed)
-                                   for c, launch, fixed in zip(compiled, launches, self.fixed))
+        self.variants[key] = tuple((c.run, *launch[1], c.function, c.packed_metadata, launch[2], f)
+                                   for c, launch, f in zip(compiled, launches, fixed))
 
 
 def _fixed_arguments(jit, all_params: bool, num_pointers: int, ints: tuple, constexprs: dict):
