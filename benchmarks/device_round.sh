@@ -10,7 +10,8 @@
 #   WIDE      256- and 512-wide heads (Qwen3-Next / Qwen3.5, Gemma-4 layouts): q16 and decode beside vLLM
 #   PARITY    the windowed draft against the same keys, interleaved in one process (window_parity.py)
 #   AB        one launch choice against the chosen launch, interleaved in one process (launch_ab.py): AB_FORCE
-#             (e.g. "heavy_first=false"; space-separated for several fields) over AB_RUNS (workload[:model], ...)
+#             (e.g. "heavy_first=false"; space-separated for several fields) over AB_RUNS (workload[:model], ...),
+#             on AB_KV caches (bf16 or fp8; default bf16)
 #   NCU       Nsight Compute stall samples of that pair (q16, 32 x 16K window 2048 against 32 x 2064 keys)
 set -u
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -43,7 +44,7 @@ fi
 if [[ "${FP8:-0}" == 1 ]]; then
     timeout 120 $B --kv fp8 --targets-only --pages 16 --peers benchmarks/.peers --peer-names vllm_unified \
         --json "$OUT/fp8.json" 2>&1 | tee "$OUT/fp8.txt"
-    for force in pv_transposed=true fp8_dots=pv fp8_dots=qk_pv; do
+    for force in pv_transposed=true fp8_dots=qk fp8_dots=pv fp8_dots=qk_pv; do
         timeout 80 $B --kv fp8 --targets-only --pages 16 --force "$force" --tolerance 0.06 \
             --json "$OUT/fp8-${force%%=*}-${force#*=}.json" 2>&1 | tee "$OUT/fp8-${force%%=*}-${force#*=}.txt"
     done
@@ -58,10 +59,10 @@ if [[ "${WORKLOADS:-0}" == 1 ]]; then
 fi
 if [[ "${AB:-0}" == 1 ]]; then
     forces=(); for f in ${AB_FORCE:?AB needs AB_FORCE}; do forces+=(--force "$f"); done
-    tag="${AB_FORCE// /-}"; tag="${tag//=/-}"
+    tag="${AB_FORCE// /-}"; tag="${tag//=/-}${AB_KV:+-$AB_KV}"
     for run in ${AB_RUNS:-prefill chunked decode gqa8 gqa8:qwen3-8b}; do
         w="${run%%:*}"; m=""; [[ "$run" == *:* ]] && m="${run#*:}"
-        timeout 200 python3 benchmarks/launch_ab.py --workload "$w" ${m:+--model "$m"} "${forces[@]}" \
+        timeout 200 python3 benchmarks/launch_ab.py --workload "$w" ${m:+--model "$m"} ${AB_KV:+--kv "$AB_KV"} "${forces[@]}" \
             --json "$OUT/ab-$tag-$w${m:+-$m}.json" 2>&1 | tee -a "$OUT/ab-$tag.txt"
     done
 fi

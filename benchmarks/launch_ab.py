@@ -1,7 +1,7 @@
 """One launch field forced against the chosen launch, interleaved in one process.
 
     python benchmarks/launch_ab.py --workload prefill --force heavy_first=false [--model qwen3-32b]
-        [--rounds 5] [--json ab.json]
+        [--kv fp8] [--rounds 5] [--json ab.json]
 
 Separate bench invocations differ by 1-3 % from process to process, as much as many launch
 choices are worth.  Here each shape is built once and its plugin calls are timed with the chosen
@@ -31,6 +31,8 @@ def main(argv=None) -> int:
     p.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
     p.add_argument("--force", action="append", required=True, metavar="FIELD=VALUE")
     p.add_argument("--model", default=None, help="heads of this bench model instead of the workload's")
+    p.add_argument("--kv", choices=("bf16", "fp8"), default="bf16",
+                   help="cache element type: the query dtype, or fp8 (the GPU's own format)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -39,7 +41,7 @@ def main(argv=None) -> int:
         return 2
     forced = parse_forced(args.force)
     workload = WORKLOADS[args.workload]
-    shapes = workload.shapes((16,))
+    shapes = workload.shapes((16,), kv=args.kv)
     if args.model:
         shapes = [dataclasses.replace(s, model=args.model) for s in shapes]
     dev = torch.device("cuda")
@@ -91,7 +93,7 @@ def main(argv=None) -> int:
     if args.json:
         import triton
         meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                    workload=args.workload, model=args.model or workload.model)
+                    workload=args.workload, model=args.model or workload.model, kv=args.kv)
         with open(args.json, "w") as f:
             json.dump(dict(meta=meta, rows=rows), f, indent=1)
     return 0

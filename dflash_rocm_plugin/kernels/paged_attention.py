@@ -29,8 +29,9 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
   * FP16_DOTS: dots in fp16 for fp8 caches under bf16 queries (see the kernel).
   * FP8_DOTS (1: e4m3fn, 2: e4m3fnuz; opt-in launch field ``fp8_dots``): P V of an fp8 cache
     dots in fp8 on the tensor cores, P scaled by P8_SCALE into V's format, V not converted.
-    FP8_QK: Q K^T too, q joining the cache's format under one scale per program.  Costs
-    accuracy (P, and q, keep 3 mantissa bits).
+    FP8_QK (the same codes): Q K^T in fp8, q joining the cache's format under one scale per
+    program, K not converted; alone or with FP8_DOTS.  Costs accuracy (P, and q, keep 3 mantissa
+    bits).
   * PV_T (launch field ``pv_transposed``): the accumulator holds O^T, so V is the A operand of
     its dot (see ``_softmax_pv``).
   * P_INT_ROUND: bf16 P is rounded by integer arithmetic where the GPU has no f32 -> bf16
@@ -178,10 +179,11 @@ def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softc
 
 
 @triton.jit
-def _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
+def _softmax_pv(acc, l_i, m_i, s, pv_like, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
                 MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr, SOFT_FP8: tl.constexpr,
                 FP8_DOTS: tl.constexpr, PV_T: tl.constexpr, P_INT_ROUND: tl.constexpr):
-    """Online-softmax update of (acc, l, m) by one tile of scores and its V rows."""
+    """Online-softmax update of (acc, l, m) by one tile of scores and its V rows; without FP8_DOTS,
+    P and V dot in the dtype of ``pv_like`` (the queries before FP8_QK)."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     if MASKED:
         # A row that has seen no key yet keeps m = -inf; shift by 0 so that
@@ -206,7 +208,8 @@ def _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, s
     if FP8_DOTS:
         p_op, v_op = (p * P8_SCALE).to(v.dtype), v
     else:
-        p_op, v_op = p.to(q.dtype, fp_downcast_rounding="rtz" if P_INT_ROUND else None), _dot_operand(v, q, SOFT_FP8)
+        p_op = p.to(pv_like.dtype, fp_downcast_rounding="rtz" if P_INT_ROUND else None)
+        v_op = _dot_operand(v, pv_like, SOFT_FP8)
     if PV_T:
         # acc holds O^T = V^T P^T: V is then the A operand, which Hopper's wgmma takes from
         # registers, where an fp8 B operand must lie K-major in shared memory (a transposing
@@ -221,7 +224,7 @@ def _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, s
 
 @triton.jit
 def _attend_tile(
-    acc, l_i, m_i, q, t, tile_base, kv_begin, kv_end, q_pos, window,
+    acc, l_i, m_i, q, q_pv, t, tile_base, kv_begin, kv_end, q_pos, window,
     k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
     stride_ks, stride_kh, stride_kd, stride_kb,
     stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
@@ -252,13 +255,13 @@ def _attend_tile(
         if USE_WINDOW:
             visible = visible & ((q_pos[:, None] - key[None, :]) < window)
         s = tl.where(visible, s, float("-inf"))
-    return _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
+    return _softmax_pv(acc, l_i, m_i, s, q_pv, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
                        MASKED, DOT_PRECISION, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
 
 
 @triton.jit
 def _attend_full_tiles_overlapped(
-    acc, l_i, m_i, q, tile_lo, full_hi, tile_base, kv_begin, kv_end,
+    acc, l_i, m_i, q, q_pv, tile_lo, full_hi, tile_base, kv_begin, kv_end,
     k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
     stride_ks, stride_kh, stride_kd, stride_kb,
     stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
@@ -291,7 +294,7 @@ def _attend_full_tiles_overlapped(
         _, v_off = _kv_offsets(tile_base + t * BLOCK_N + cols, None, kv_end, bt_row, kv_head, stride_ks, stride_kh,
                                stride_kb, stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
-        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, q, v_cache_ptr, v_off, None, dims, dim_ok, stride_vd,
+        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, q_pv, v_cache_ptr, v_off, None, dims, dim_ok, stride_vd,
                                     False, DOT_PRECISION, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
         s = s_next
     return acc, l_i, m_i
@@ -358,13 +361,14 @@ def paged_attention_kernel(
         # fp8 tiles convert to fp16 in one instruction per pair (bf16 takes a second step), and
         # fp16 holds every e4m3 value and P exactly; q is saturated into fp16's range.
         q = tl.minimum(tl.maximum(q.to(tl.float32), -65504.0), 65504.0).to(tl.float16)
+    q_pv = q  # P V's dot dtype, unless FP8_DOTS
     if FP8_QK:
         # One scale for the program's rows: e4m3 keeps 3 mantissa bits at any magnitude of its
         # range, so rows of different size share it; it joins the softmax scale.
         q32 = q.to(tl.float32)
         q_amax = tl.max(tl.max(tl.abs(q32), 1), 0)
         fp8_max = 448.0  # e4m3fn; e4m3fnuz: 240
-        if FP8_DOTS == 2:
+        if FP8_QK == 2:
             fp8_max = 240.0
         q_step = tl.where(q_amax > 0.0, q_amax / fp8_max, 1.0)
         q = (q32 / q_step).to(k_cache_ptr.dtype.element_ty)
@@ -436,7 +440,7 @@ def paged_attention_kernel(
 
     if OVERLAP_QK:
         acc, l_i, m_i = _attend_full_tiles_overlapped(
-            acc, l_i, m_i, q, tile_lo, full_hi, tile_base, kv_begin, kv_end,
+            acc, l_i, m_i, q, q_pv, tile_lo, full_hi, tile_base, kv_begin, kv_end,
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
@@ -445,7 +449,7 @@ def paged_attention_kernel(
     else:
         for t in range(tile_lo, full_hi):
             acc, l_i, m_i = _attend_tile(
-                acc, l_i, m_i, q, t, tile_base, kv_begin, kv_end, q_pos, window,
+                acc, l_i, m_i, q, q_pv, t, tile_base, kv_begin, kv_end, q_pos, window,
                 k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
                 stride_ks, stride_kh, stride_kd, stride_kb,
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
@@ -455,7 +459,7 @@ def paged_attention_kernel(
     # softmax does not depend on the order of tiles): the diagonal's and the sequence end's ...
     for t in range(full_hi, tile_hi):
         acc, l_i, m_i = _attend_tile(
-            acc, l_i, m_i, q, t, tile_base, kv_begin, kv_end, q_pos, window,
+            acc, l_i, m_i, q, q_pv, t, tile_base, kv_begin, kv_end, q_pos, window,
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
@@ -465,7 +469,7 @@ def paged_attention_kernel(
     if USE_WINDOW:
         for e in range(0, n_edge):
             acc, l_i, m_i = _attend_tile(
-                acc, l_i, m_i, q, e, tile_base - n_edge * EDGE_N, kv_begin, kv_end, q_pos, window,
+                acc, l_i, m_i, q, q_pv, e, tile_base - n_edge * EDGE_N, kv_begin, kv_end, q_pos, window,
                 k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
                 stride_ks, stride_kh, stride_kd, stride_kb,
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,

@@ -67,8 +67,8 @@ class AttentionLaunch:
     # Warps per split-merge program (one query row x head, SPLITS x HEAD_DIM floats).  H200:
     # 1 warp makes 8 x 4K 2.47 -> 2.94 TB/s (4 warps: 4 096 near-empty 128-thread programs).
     merge_warps: int = 1
-    # fp8 caches: which dots run as fp8 tensor-core dots, "none", "pv" (P joins V's format) or
-    # "qk_pv" (q joins K's too) (kernels/paged_attention.py, FP8_DOTS, FP8_QK).  "none" unless
+    # fp8 caches: which dots run as fp8 tensor-core dots, "none", "qk" (q joins K's format), "pv"
+    # (P joins V's) or "qk_pv" (both) (kernels/paged_attention.py, FP8_QK, FP8_DOTS).  "none" unless
     # forced: their speed and accuracy cost are in benchmarks/NOTES.md.
     fp8_dots: str = "none"
     # AMD: the MFMA instruction's M/N size (Triton's ``matrix_instr_nonkdim``; 0: Triton's choice,
@@ -84,7 +84,7 @@ class AttentionLaunch:
     heavy_first: bool = False
 
 
-FP8_DOTS_MODES = ("none", "pv", "qk_pv")
+FP8_DOTS_MODES = ("none", "qk", "pv", "qk_pv")
 
 
 def window_edge_keys(block_q: int, block_n: int, fp8_dots: bool) -> int:

@@ -139,8 +139,9 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
         USE_SINKS=sinks, USE_K_SCALE=cache is not None, USE_V_SCALE=cache is not None, SOFT_FP8=soft,
         UPCAST_DOTS=False,
         FP16_DOTS=cache is not None and dtype == "bf16" and cfg.fp8_dots != "qk_pv",
-        FP8_DOTS=({"fp8-fn": 1, "fp8-fnuz": 2}.get(cache, 0) if cfg.fp8_dots != "none" else 0),
-        FP8_QK=cfg.fp8_dots == "qk_pv", PV_T=cfg.pv_transposed,
+        FP8_DOTS=({"fp8-fn": 1, "fp8-fnuz": 2}.get(cache, 0) if cfg.fp8_dots in ("pv", "qk_pv") else 0),
+        FP8_QK=({"fp8-fn": 1, "fp8-fnuz": 2}.get(cache, 0) if cfg.fp8_dots in ("qk", "qk_pv") else 0),
+        PV_T=cfg.pv_transposed,
         P_INT_ROUND=dtype == "bf16" and cache is None and _lacks_bf16_conversion(arch),
         HEAVY_FIRST=cfg.heavy_first,
     )

@@ -185,3 +185,25 @@ def test_fp8_dots_are_never_used_where_the_cache_is_decoded_from_bytes(fmt):
     assert prepared.cfg.fp8_dots == "qk_pv" and prepared.constexprs["FP8_DOTS"] == 0 and prepared.soft
     assert not prepared.constexprs["FP8_QK"]
     assert torch.equal(plain, forced)
+
+
+@pytest.mark.parametrize("mode,qk,pv,fp16", [("none", 0, 0, True), ("qk", 1, 0, True), ("pv", 0, 1, True),
+                                             ("qk_pv", 1, 1, False)])
+def test_each_fp8_dots_mode_switches_its_own_dots(monkeypatch, mode, qk, pv, fp16):
+    """On a GPU that converts the cache's format itself, ``fp8_dots`` names the dots that take fp8
+    operands: "qk" quantizes q (FP8_QK) and keeps P V in fp16, "pv" scales P into V's format
+    (FP8_DOTS), "qk_pv" both; with bf16 queries whatever stays unquantized dots in fp16."""
+    from dflash_rocm_plugin.ops import launch_config
+    from dflash_rocm_plugin.ops.backends import triton as triton_backend
+    from dflash_rocm_plugin.ops.call import AttentionCall
+    from tests.core.cases import pin_gpu
+    pin_gpu(monkeypatch, "sm_90", 227 * 1024, 132)
+    case = build([40, 9], [16, 3], dtype=torch.bfloat16, cache_dtype=torch.float8_e4m3fn)
+    q, k, v, table, sl, qsl = case.args()
+    call = AttentionCall(q, k, v, table, sl, qsl, torch.empty_like(q), causal=True, scale=0.1, window=0,
+                         softcap=0.0, max_query_len=None, num_kv_splits=None, workspace=None)
+    with launch_config.forced(fp8_dots=mode):
+        c = triton_backend.Launch(call).constexprs
+    assert (c["FP8_QK"], c["FP8_DOTS"], c["FP16_DOTS"], c["SOFT_FP8"]) == (qk, pv, fp16, 0)
+    if mode != "none":
+        assert c["EDGE_N"] >= 32  # a window's edge tiles are fp8 dot operands too

@@ -173,11 +173,11 @@ def test_inline_page_id_reads_stay_inside_the_sequence(splits, causal):
 
 
 def test_fp8_dot_launches_compile_for_every_gpu(monkeypatch):
-    """The opt-in fp8 launches (``fp8_dots``: P V alone, and Q K^T too; ``pv_transposed`` with the
+    """The opt-in fp8 launches (``fp8_dots``: Q K^T alone, P V alone, both; ``pv_transposed`` with the
     default fp16 dots) build for each GPU's native fp8 format, draft and verify, split and not, and
     fit its shared memory."""
     jobs = []
-    variants = (dict(fp8_dots="pv"), dict(fp8_dots="qk_pv"), dict(pv_transposed=True))
+    variants = (dict(fp8_dots="qk"), dict(fp8_dots="pv"), dict(fp8_dots="qk_pv"), dict(pv_transposed=True))
     for arch, variant in itertools.product(sorted(DEVICES), variants):
         for hq, batch, context, page, causal in ((32, 32, 16384, 16, False), (32, 8, 4096, 1, True), (64, 8, 4096, 16, True)):
             cfg = dataclasses.replace(_launch(monkeypatch, arch, hq, 8, 128, batch, context, page), **variant)
@@ -219,6 +219,31 @@ def test_transposed_pv_takes_a_converted_fp8_v_from_registers():
         pv_dots[pvt] = {d for d in _dot_operand_types(result["ttgir"]) if not d[2].startswith("tensor<64x64x")}
     assert pv_dots[False] and all(b.startswith("!ttg.memdesc<64x128xf16") for _, b, _ in pv_dots[False])
     assert pv_dots[True] and all(a.startswith("tensor<128x64xf16") for a, _, _ in pv_dots[True])
+
+
+def test_fp8_qk_dots_take_k_as_it_was_copied():
+    """What ``fp8_dots="qk"`` is for: q joins the cache's format, so Q K^T reads each fp8 K tile from
+    the buffer its copy landed in (Hopper: the pipelined shared-memory buffer as wgmma's B operand;
+    MI300X: fp8 MFMAs) instead of converting it first, while P V keeps its fp16 dot."""
+    cfg = launch_config.AttentionLaunch(block_q=16, block_m=64, block_n=64, head_dim_pad=128, num_splits=1,
+                                        num_warps=4, num_stages=5, fp8_dots="qk")
+    shape = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, causal=True, num_tokens=512,
+                 num_seqs=32, table_width=1024, cache="fp8-fn")
+    amd = dataclasses.replace(cfg, num_stages=1)
+    hopper, mi300 = offline_compile.run([
+        dict(kernel="attention_ttgir", arch="sm_90", launch=dataclasses.asdict(cfg), shape=shape),
+        dict(kernel="attention_asm", arch="gfx942", launch=dataclasses.asdict(amd), shape={**shape, "cache": "fp8-fnuz"})])
+    assert "ttgir" in hopper, hopper.get("error")
+    dots = _dot_operand_types(hopper["ttgir"])
+    qk = [d for d in dots if d[2].startswith("tensor<64x64x")]
+    pv = [d for d in dots if d[2].startswith("tensor<64x128x")]
+    assert qk and all(a.startswith("tensor<64x128xf8E4M3FN") and b.startswith("!ttg.memdesc<128x64xf8E4M3FN")
+                      and "mutable" in b for a, b, _ in qk), qk
+    assert pv and all(a.startswith("tensor<64x64xf16") and b.startswith("!ttg.memdesc<64x128xf16")
+                      for a, b, _ in pv), pv
+    assert "asm" in mi300, mi300.get("error")
+    mfma = set(re.findall(r"^\s+(v_mfma\w*)", mi300["asm"], re.M))
+    assert mfma == {"v_mfma_f32_32x32x16_fp8_fp8", "v_mfma_f32_32x32x8_f16"}, mfma
 
 
 def test_gfx942_converts_fp8_tiles_two_values_per_instruction():

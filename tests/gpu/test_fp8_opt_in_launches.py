@@ -1,7 +1,7 @@
 """The opt-in launches for fp8 caches, compiled for the GPU, bf16 queries.
 
-``fp8_dots``: "pv": P is scaled into V's fp8 format; "qk_pv": q also joins K's under one scale per
-program.  So the answer is further from the float64 reference of the dequantized cache than the
+``fp8_dots``: "qk": q joins K's fp8 format under one scale per program; "pv": P is scaled into V's
+fp8 format; "qk_pv": both.  So the answer is further from the float64 reference of the dequantized cache than the
 default fp16 dots (which only round P to fp16): it must stay within each mode's relative error and
 differ from the default (the switch takes effect).  ``pv_transposed`` (O^T = V^T P^T, fp16 dots)
 keeps the default's error.  Each replays bitwise under graph capture.
@@ -18,6 +18,7 @@ pytestmark = pytest.mark.gpu
 NATIVE = ops.native_fp8_dtype(ops.gpu_arch())
 # launch fields forced, relative error allowed, whether the answer must differ from the default's
 VARIANTS = {
+    "fp8-qk": (dict(fp8_dots="qk"), 5e-2, True),
     "fp8-pv": (dict(fp8_dots="pv"), 5e-2, True),
     "fp8-qk-pv": (dict(fp8_dots="qk_pv"), 5e-2, True),
     "pv-transposed": (dict(pv_transposed=True), 1e-2, False),

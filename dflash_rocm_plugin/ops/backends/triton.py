@@ -49,9 +49,9 @@ class Launch:
         # With ``fp8_dots`` a natively converted fp8 cache dots in fp8 instead (the kernel docstring).
         fp8_dots = (cfg.fp8_dots if call.fp8 and not soft and q.dtype in (torch.float16, torch.bfloat16)
                     and not _runtime.interpreting() else "none")
-        fp8_code = FP8_CODES[k_cache.dtype] if fp8_dots != "none" else 0
-        fp8_qk = fp8_dots == "qk_pv"
-        fp16_dots = call.fp8 and q.dtype == torch.bfloat16 and not fp8_qk
+        fp8_code = FP8_CODES[k_cache.dtype] if fp8_dots in ("pv", "qk_pv") else 0
+        fp8_qk = FP8_CODES[k_cache.dtype] if fp8_dots in ("qk", "qk_pv") else 0
+        fp16_dots = call.fp8 and q.dtype == torch.bfloat16 and fp8_dots != "qk_pv"
         upcast = q.dtype == torch.bfloat16 and not fp16_dots and not fp8_qk and _runtime.interpreting()
         # bf16 P rounded by integer arithmetic where the GPU has no f32 -> bf16 conversion (the kernel).
         p_int_round = (q.dtype == torch.bfloat16 and not fp16_dots and fp8_code == 0
@@ -72,7 +72,7 @@ class Launch:
             HEAD_DIM=d, HEAD_DIM_PAD=cfg.head_dim_pad,
             GQA=hq // hkv, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m,
             BLOCK_N=cfg.block_n, PAGE_SIZE=k_cache.shape[1], CAUSAL=call.causal, USE_WINDOW=call.window > 0,
-            EDGE_N=launch_config.window_edge_keys(cfg.block_q, cfg.block_n, fp8_code != 0),
+            EDGE_N=launch_config.window_edge_keys(cfg.block_q, cfg.block_n, fp8_dots != "none"),
             USE_SOFTCAP=call.softcap > 0.0, NUM_SPLITS=splits,
             DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
             PAGE_IDS_ASM=cfg.page_ids_asm, OVERLAP_QK=cfg.overlap_qk,
