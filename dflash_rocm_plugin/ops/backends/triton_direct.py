@@ -154,12 +154,11 @@ class Relauncher:
         # its pointers as the launcher takes them)
         self.variants: dict = {}
 
-    def __call__(self, launches: tuple, pointers: tuple, context=_MISSING) -> None:
+    def __call__(self, launches: tuple, pointers: tuple) -> None:
         """Run ``launches`` in order, each ``(jit, grid, take, ints, constexprs)``: ``grid`` has three
         sizes and ``take`` (an ``operator.itemgetter`` of several indices, or None for all)
-        selects the kernel's pointers from ``pointers`` (tensors).  ``context``: this call's ``begin()``."""
-        if context is _MISSING:
-            context = begin()
+        selects the kernel's pointers from ``pointers`` (tensors)."""
+        context = begin()
         key = None
         if context is not None:
             facts, device, stream, options = context
