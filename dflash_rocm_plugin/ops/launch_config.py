@@ -84,7 +84,9 @@ class AttentionLaunch:
     heavy_first: bool = False
 
 
-FP8_DOTS_MODES = ("none", "qk", "pv", "qk_pv")
+# The products each ``fp8_dots`` mode runs as fp8 dots: (Q K^T, P V).
+FP8_DOT_PRODUCTS = {"none": (False, False), "qk": (True, False), "pv": (False, True), "qk_pv": (True, True)}
+FP8_DOTS_MODES = tuple(FP8_DOT_PRODUCTS)
 
 
 def window_edge_keys(block_q: int, block_n: int, fp8_dots: bool) -> int:

@@ -110,10 +110,12 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
 
     from dflash_rocm_plugin.kernels import paged_attention as native
     from dflash_rocm_plugin.ops.backends.triton import _lacks_bf16_conversion
-    from dflash_rocm_plugin.ops.launch_config import window_edge_keys
+    from dflash_rocm_plugin.ops.launch_config import FP8_DOT_PRODUCTS, window_edge_keys
     d, hq, hkv = head_dim, num_q_heads, num_kv_heads
     splits = cfg.num_splits
     cache_type, soft = _CACHE_TYPES[cache] if cache else (dtype, 0)
+    fp8_code = {"fp8-fn": 1, "fp8-fnuz": 2}.get(cache, 0)
+    qk_in_fp8, pv_in_fp8 = FP8_DOT_PRODUCTS[cfg.fp8_dots]
     values = dict(
         q_ptr=f"*{dtype}", k_cache_ptr=f"*{cache_type}", v_cache_ptr=f"*{cache_type}", out_ptr=f"*{dtype}",
         block_table_ptr="*i32", seq_lens_ptr="*i32", query_start_loc_ptr="*i32",
@@ -138,9 +140,8 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
         PAGE_IDS_ASM=cfg.page_ids_asm, OFFSETS_32=cfg.offsets_32, OVERLAP_QK=cfg.overlap_qk,
         USE_SINKS=sinks, USE_K_SCALE=cache is not None, USE_V_SCALE=cache is not None, SOFT_FP8=soft,
         UPCAST_DOTS=False,
-        FP16_DOTS=cache is not None and dtype == "bf16" and cfg.fp8_dots != "qk_pv",
-        FP8_DOTS=({"fp8-fn": 1, "fp8-fnuz": 2}.get(cache, 0) if cfg.fp8_dots in ("pv", "qk_pv") else 0),
-        FP8_QK=({"fp8-fn": 1, "fp8-fnuz": 2}.get(cache, 0) if cfg.fp8_dots in ("qk", "qk_pv") else 0),
+        FP16_DOTS=cache is not None and dtype == "bf16" and not (qk_in_fp8 and pv_in_fp8),
+        FP8_DOTS=fp8_code if pv_in_fp8 else 0, FP8_QK=fp8_code if qk_in_fp8 else 0,
         PV_T=cfg.pv_transposed,
         P_INT_ROUND=dtype == "bf16" and cache is None and _lacks_bf16_conversion(arch),
         HEAVY_FIRST=cfg.heavy_first,

@@ -49,9 +49,10 @@ class Launch:
         # With ``fp8_dots`` a natively converted fp8 cache dots in fp8 instead (the kernel docstring).
         fp8_dots = (cfg.fp8_dots if call.fp8 and not soft and q.dtype in (torch.float16, torch.bfloat16)
                     and not _runtime.interpreting() else "none")
-        fp8_code = FP8_CODES[k_cache.dtype] if fp8_dots in ("pv", "qk_pv") else 0
-        fp8_qk = FP8_CODES[k_cache.dtype] if fp8_dots in ("qk", "qk_pv") else 0
-        fp16_dots = call.fp8 and q.dtype == torch.bfloat16 and fp8_dots != "qk_pv"
+        qk_in_fp8, pv_in_fp8 = launch_config.FP8_DOT_PRODUCTS[fp8_dots]
+        fp8_code = FP8_CODES[k_cache.dtype] if pv_in_fp8 else 0
+        fp8_qk = FP8_CODES[k_cache.dtype] if qk_in_fp8 else 0
+        fp16_dots = call.fp8 and q.dtype == torch.bfloat16 and not (qk_in_fp8 and pv_in_fp8)
         upcast = q.dtype == torch.bfloat16 and not fp16_dots and not fp8_qk and _runtime.interpreting()
         # bf16 P rounded by integer arithmetic where the GPU has no f32 -> bf16 conversion (the kernel).
         p_int_round = (q.dtype == torch.bfloat16 and not fp16_dots and fp8_code == 0
