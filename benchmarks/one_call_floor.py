@@ -32,10 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
+from dflash_rocm_plugin.bench import timing
 from host_cost import eager_call  # this folder: the scripts run as ``python benchmarks/<name>.py``
-
-FLUSH_BYTES = 1 << 30
-HOLD_CYCLES = 1_000_000
 
 
 @triton.jit
@@ -53,16 +51,16 @@ def stream_read(x: torch.Tensor, partial: torch.Tensor) -> None:
     _stream_read[(partial.numel(),)](x, partial, x.numel(), BLOCK=8192, num_warps=8)
 
 
-def one_call_us(fn, reps: int, clean: bool) -> float:
-    dirty = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
-    other = torch.ones(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda") if clean else None
+def clean_one_call_us(fn, reps: int) -> float:
+    """``flushed_us`` with the flush's dirty lines written back before the call: a cold, clean L2."""
+    dirty = torch.empty(timing.FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
+    other = torch.ones(timing.FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
     fn()
     times = []
     for _ in range(reps):
         dirty.zero_()
-        if clean:
-            other.sum()  # reads evict the dirty lines: they are written back now, not during the call
-        torch.cuda._sleep(HOLD_CYCLES)
+        other.sum()  # reads evict the dirty lines: they are written back now, not during the call
+        torch.cuda._sleep(timing.HOLD_CYCLES)
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
@@ -77,13 +75,13 @@ def kernel_us(fn, reps: int) -> dict:
     profiler: how the one-call time divides between the attention and the split merge."""
     from torch.profiler import ProfilerActivity, profile
 
-    dirty = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
+    dirty = torch.empty(timing.FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             dirty.zero_()
-            torch.cuda._sleep(HOLD_CYCLES)
+            torch.cuda._sleep(timing.HOLD_CYCLES)
             fn()
         torch.cuda.synchronize()
     found = {}
@@ -97,7 +95,6 @@ def kernel_us(fn, reps: int) -> dict:
 
 def rows(reps: int, extra_splits: tuple[int, ...]) -> list[dict]:
     from dflash_rocm_plugin import ops
-    from dflash_rocm_plugin.bench import timing
 
     device = torch.device("cuda")
     found = []
@@ -123,8 +120,8 @@ def rows(reps: int, extra_splits: tuple[int, ...]) -> list[dict]:
             timed.append(("  ... merge in 4 warps", merge_in_four_warps))
         for label, fn in timed:
             us = {"back_to_back": timing.graph_us([fn]),
-                  "one_call_dirty_l2": one_call_us(fn, reps, clean=False),
-                  "one_call_clean_l2": one_call_us(fn, reps, clean=True)}
+                  "one_call_dirty_l2": timing.flushed_us([fn], reps),
+                  "one_call_clean_l2": clean_one_call_us(fn, reps)}
             try:
                 kernels = kernel_us(fn, reps) if not label.startswith("read") else {}
             except Exception as exc:  # noqa: BLE001 - a profiler that fails leaves the timings
@@ -154,7 +151,7 @@ def main(argv=None) -> int:
     found = rows(args.reps, tuple(int(x) for x in args.splits_1x4k.split(",") if x))
     if args.json:
         meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                    reps=args.reps, flush_bytes=FLUSH_BYTES)
+                    reps=args.reps, flush_bytes=timing.FLUSH_BYTES)
         with open(args.json, "w") as f:
             json.dump(dict(meta=meta, rows=found), f, indent=1)
     return 0
