@@ -8,7 +8,8 @@ Calls (arguments checked before any launch; ``ValueError`` naming the argument):
 
 What is supported, and why not: ``supports(AttentionSpec(...))`` answers None or the reason;
 ``require`` raises ``Unsupported`` with it; ``platform_problem()`` says why no kernel can run here;
-``native_fp8_dtype(arch)`` is the fp8 cache format a GPU converts in hardware.
+``native_fp8_dtype(arch)`` is the fp8 cache format a GPU converts in hardware; ``fp8_qk_policy()``
+which calls over such a cache run Q K^T in fp8 (``DFLASH_ROCM_FP8_QK``: draft, all, off).
 What a call would run: ``describe_launch(...)``, and whether its keys may be split at all:
 ``may_split_keys(...)``; which backend serves each op: ``kernel_paths()``.
 Workspace: ``workspace_floats(...)`` sizes the caller-owned split-KV scratch; ``MAX_KV_SPLITS`` is the most
@@ -49,12 +50,15 @@ from dflash_rocm_plugin.ops.tuned_file import bucket as tuned_bucket
 from dflash_rocm_plugin.ops.support import (
     DTYPES,
     FP8_KV_CACHE_DTYPES,
+    FP8_QK_CHOICES,
+    FP8_QK_ENV,
     HEAD_DIMS,
     KV_CACHE_DTYPES,
     UNSUPPORTED_FEATURES,
     AttentionSpec,
     Unsupported,
     features_problem,
+    fp8_qk_policy,
     native_fp8_dtype,
     require,
     supports,
@@ -63,7 +67,7 @@ from dflash_rocm_plugin.ops.support import (
 __all__ = [
     "paged_attention", "write_kv_cache", "greedy_sample",
     "AttentionSpec", "supports", "require", "features_problem", "Unsupported", "HEAD_DIMS", "DTYPES", "KV_CACHE_DTYPES",
-    "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES", "native_fp8_dtype",
+    "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES", "native_fp8_dtype", "fp8_qk_policy", "FP8_QK_ENV", "FP8_QK_CHOICES",
     "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",
     "describe_launch", "may_split_keys", "LaunchDescription", "AttentionLaunch", "forced_launch", "workspace_floats",
     "MAX_KV_SPLITS",

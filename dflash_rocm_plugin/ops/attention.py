@@ -92,6 +92,9 @@ def paged_attention(
         raise ValueError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ in shape")
     if k_cache.dtype != v_cache.dtype:
         raise ValueError(f"k_cache holds {k_cache.dtype} but v_cache {v_cache.dtype}; both must hold one dtype")
+    problem = support.fp8_qk_problem(k_cache.dtype)
+    if problem:
+        raise ValueError(problem)
     _, block_size, num_kv_heads, cache_head_dim = k_cache.shape
     if cache_head_dim != head_dim:
         raise ValueError(f"k_cache head_dim {cache_head_dim} differs from q head_dim {head_dim}")

@@ -10,7 +10,8 @@ so graph capture and replay still run identical kernels.
 
 What may change at run time is read per call, outside the key: ``TRITON_INTERPRET`` for CPU
 tensors, the backend policy, whether AITER is still usable, the split-KV workspace buffer.
-Platform facts (multiprocessor count, shared memory) are process constants.
+Platform facts (multiprocessor count, shared memory) and the switches read once per process
+(``DFLASH_ROCM_FP8_QK``) are process constants.
 """
 
 from __future__ import annotations

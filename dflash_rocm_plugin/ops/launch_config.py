@@ -68,8 +68,9 @@ class AttentionLaunch:
     # 1 warp makes 8 x 4K 2.47 -> 2.94 TB/s (4 warps: 4 096 near-empty 128-thread programs).
     merge_warps: int = 1
     # fp8 caches: which dots run as fp8 tensor-core dots, "none", "qk" (q joins K's format), "pv"
-    # (P joins V's) or "qk_pv" (both) (kernels/paged_attention.py, FP8_QK, FP8_DOTS).  "none" unless
-    # forced: their speed and accuracy cost are in benchmarks/NOTES.md.
+    # (P joins V's) or "qk_pv" (both) (kernels/paged_attention.py, FP8_QK, FP8_DOTS).  "qk" where
+    # ``support.fp8_qk_policy`` names the call (``fp8_dots_rule``), the others forced only: their speed and
+    # accuracy cost are in benchmarks/NOTES.md.
     fp8_dots: str = "none"
     # AMD: the MFMA instruction's M/N size (Triton's ``matrix_instr_nonkdim``; 0: Triton's choice,
     # 32x32 for these dots).  16 where a warp's share of the tile's rows is under 32 (``choose``).
@@ -87,6 +88,29 @@ class AttentionLaunch:
 # The products each ``fp8_dots`` mode runs as fp8 dots: (Q K^T, P V).
 FP8_DOT_PRODUCTS = {"none": (False, False), "qk": (True, False), "pv": (False, True), "qk_pv": (True, True)}
 FP8_DOTS_MODES = tuple(FP8_DOT_PRODUCTS)
+
+# Which calls over an fp8 cache run Q K^T as an fp8 dot: q joins K's format under one scale per
+# program, so K's tiles feed the tensor cores as they were read instead of converted; P V keeps its
+# fp16 dot.  H200, e4m3fn, q16 Qwen3-8B heads, TB/s of fp8 bytes: 32 x 16K 2.08 -> 2.93 (draft) and
+# 2.10 -> 3.03 (verify), 8 x 4K 1.66 -> 2.01, 1 x 32K 1.72 -> 2.10; Qwen3-32B heads 1.08 -> 1.62; a
+# DFlash2 q16 draft over window 2048 2.00 -> 2.59.  Tiles under 64 rows lose (too short for Hopper's
+# wgmma): a q8 window draft of Qwen3-8B heads (32 rows) 1.87 -> 1.78, a q1 decode level.  The cost:
+# relative error against the float64 reference of the dequantized cache 2.0e-2 instead of 1.7e-3 (q
+# rounded to 3 mantissa bits, as each cached K already is).  "draft" (the default): the non-causal
+# calls, a DFlash draft's block, whose attention error can only lower acceptance, never change the
+# target's output; "all": the target's causal calls too; "off": none (``support.fp8_qk_policy``).
+FP8_QK_MIN_ROWS = 64
+
+
+def fp8_dots_rule(*, native_fp8: bool, dtype, causal: bool | None, block_m: int) -> str:
+    """``fp8_dots`` for a call: "qk" over a cache in the GPU's own fp8 format (the tensor cores take
+    no other; the interpreter decodes every format from its bytes) under 16-bit queries, in tiles of
+    at least FP8_QK_MIN_ROWS rows, for the calls ``support.fp8_qk_policy`` names; else "none"."""
+    if (not native_fp8 or causal is None or dtype not in support.FP8_DOT_QUERY_DTYPES
+            or block_m < FP8_QK_MIN_ROWS or _runtime.interpreting()):
+        return "none"
+    policy = support.fp8_qk_policy()
+    return "qk" if policy == "all" or (policy == "draft" and not causal) else "none"
 
 
 def window_edge_keys(block_q: int, block_n: int, fp8_dots: bool) -> int:
@@ -272,10 +296,13 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
         launch = dataclasses.replace(launch, **_forced)
         if "block_q" in _forced and "block_m" not in _forced:
             launch = _with_block_q(launch, _forced["block_q"], group, None)
+    native_fp8 = kv_cache_dtype is not None and kv_cache_dtype == support.native_fp8_dtype(arch)
+    if "fp8_dots" not in _forced:
+        launch = dataclasses.replace(launch, fp8_dots=fp8_dots_rule(native_fp8=native_fp8, dtype=dtype, causal=causal,
+                                                                    block_m=launch.block_m))
     if "merge_warps" not in _forced:
         launch = dataclasses.replace(launch, merge_warps=_merge_warps(head_dim_pad, launch.num_splits))
     if "mfma_nonkdim" not in _forced:
-        native_fp8 = kv_cache_dtype is not None and kv_cache_dtype == support.native_fp8_dtype(arch)
         launch = dataclasses.replace(launch, mfma_nonkdim=_mfma_nonkdim(arch, launch.block_m, launch.num_warps,
                                                                         native_fp8))
     return launch

@@ -9,6 +9,8 @@ a configuration a host accepted cannot fail later for a reason the host was not 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 
 import torch
 
@@ -25,6 +27,15 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # bytes as the other is silently wrong (NaN codes, a factor of 2), so the dtype is the format.
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 240.0}
 FP8_KV_CACHE_DTYPES = tuple(FP8_MAX)
+# Queries that may join an fp8 cache's format for an fp8 Q K^T dot (ops/launch_config.fp8_dots_rule);
+# float32 queries (tests) keep exact dots.
+FP8_DOT_QUERY_DTYPES = (torch.float16, torch.bfloat16)
+# Which calls over an fp8 cache may run Q K^T as an fp8 dot (q rounded into the cache's format; its
+# speed and error at ops/launch_config.fp8_dots_rule): "draft" (default) the non-causal calls, a
+# DFlash draft's block, whose attention error only lowers acceptance; "all" the target's causal
+# calls too; "off" none.
+FP8_QK_ENV = "DFLASH_ROCM_FP8_QK"
+FP8_QK_CHOICES = ("draft", "all", "off")
 # Cache element types: the model dtype itself, or an fp8 format with any model dtype.
 KV_CACHE_DTYPES = DTYPES + FP8_KV_CACHE_DTYPES
 # KV scales: per tensor (1 element) or per KV head, float32, on the device.
@@ -131,6 +142,28 @@ def features_problem(features) -> str | None:
     return f"{', '.join(asked)} {'is' if len(asked) == 1 else 'are'} not supported" if asked else None
 
 
+@functools.lru_cache(maxsize=None)
+def fp8_qk_policy() -> str:
+    """``DFLASH_ROCM_FP8_QK`` (one of FP8_QK_CHOICES), read once per process; ``ValueError`` naming the
+    variable and its values for anything else."""
+    value = os.environ.get(FP8_QK_ENV, "").strip().lower() or "draft"
+    if value not in FP8_QK_CHOICES:
+        raise ValueError(f"{FP8_QK_ENV}={os.environ.get(FP8_QK_ENV)!r} is not one of: {', '.join(FP8_QK_CHOICES)}")
+    return value
+
+
+def fp8_qk_problem(kv_cache_dtype) -> str | None:
+    """A ``DFLASH_ROCM_FP8_QK`` value that is not understood, for layers over an fp8 cache: said at the
+    host's validation, not first at a layer's call."""
+    if kv_cache_dtype not in FP8_KV_CACHE_DTYPES:
+        return None
+    try:
+        fp8_qk_policy()
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionSpec:
     """One attention layer as a host would configure it for the plugin.
@@ -164,6 +197,7 @@ def supports(spec: AttentionSpec) -> str | None:
         else f"sliding_window {spec.sliding_window} must be positive",
         None if spec.softcap is None or spec.softcap > 0 else f"softcap {spec.softcap} must be positive",
         features_problem(spec.features),
+        fp8_qk_problem(spec.kv_cache_dtype),
     ) if r]
     return "; ".join(reasons) or None
 

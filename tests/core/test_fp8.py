@@ -207,3 +207,89 @@ def test_each_fp8_dots_mode_switches_its_own_dots(monkeypatch, mode, qk, pv, fp1
     assert (c["FP8_QK"], c["FP8_DOTS"], c["FP16_DOTS"], c["SOFT_FP8"]) == (qk, pv, fp16, 0)
     if mode != "none":
         assert c["EDGE_N"] >= 32  # a window's edge tiles are fp8 dot operands too
+
+
+@pytest.mark.parametrize("policy,draft,verify", [(None, "qk", "none"), ("draft", "qk", "none"), ("all", "qk", "qk"),
+                                                 ("off", "none", "none"), (" ALL ", "qk", "qk")])
+@pytest.mark.parametrize("arch,fmt", [("sm_90", torch.float8_e4m3fn), ("gfx942", torch.float8_e4m3fnuz),
+                                      ("gfx950", torch.float8_e4m3fn)])
+def test_fp8_qk_policy_chooses_which_calls_dot_q_k_in_fp8(monkeypatch, policy, draft, verify, arch, fmt):
+    """``DFLASH_ROCM_FP8_QK``: by default the non-causal calls (a DFlash draft's block) over a cache in the
+    GPU's own fp8 format run Q K^T in fp8, the causal (target) calls do not; "all" and "off" say so for
+    both.  The chosen mode reaches the kernel (FP8_QK) and the launch description."""
+    from dflash_rocm_plugin.ops import kv_cache, launch_config
+    from dflash_rocm_plugin.ops.backends import triton as triton_backend
+    from dflash_rocm_plugin.ops.call import AttentionCall
+    from tests.core.cases import pin_gpu
+    pin_gpu(monkeypatch, arch, 227 * 1024 if arch.startswith("sm") else 64 * 1024, 132)
+    if policy is None:
+        monkeypatch.delenv(ops.FP8_QK_ENV, raising=False)
+    else:
+        monkeypatch.setenv(ops.FP8_QK_ENV, policy)
+    ops.fp8_qk_policy.cache_clear()
+    try:
+        case = build([40, 9], [16, 3], num_q_heads=8, num_kv_heads=2, dtype=torch.bfloat16, cache_dtype=fmt)
+        q, k, v, table, sl, qsl = case.args()
+        for causal, expected in ((False, draft), (True, verify)):
+            call = AttentionCall(q, k, v, table, sl, qsl, torch.empty_like(q), causal=causal, scale=0.1, window=0,
+                                 softcap=0.0, max_query_len=16, num_kv_splits=None, workspace=None)
+            prepared = triton_backend.Launch(call)
+            assert prepared.cfg.fp8_dots == expected
+            assert prepared.constexprs["FP8_QK"] == (kv_cache.FP8_CODES[fmt] if expected == "qk" else 0)
+            assert not prepared.constexprs["FP8_DOTS"]  # P V keeps its fp16 dot
+            described = ops.describe_launch(num_tokens=19, num_seqs=2, num_q_heads=8, num_kv_heads=2, head_dim=32,
+                                            page_size=16, kv_capacity=64, causal=causal, dtype=torch.bfloat16,
+                                            kv_cache_dtype=fmt, max_query_len=16)
+            assert described.launch.block_m == 64 and described.launch.fp8_dots == expected
+            # Tiles under 64 rows keep fp16 dots: a q8 block of four-query groups (32 rows), a q1 decode.
+            for tokens, rows in ((16, 8), (2, 1)):
+                short = ops.describe_launch(num_tokens=tokens, num_seqs=2, num_q_heads=8, num_kv_heads=2, head_dim=32,
+                                            page_size=16, kv_capacity=64, causal=causal, dtype=torch.bfloat16,
+                                            kv_cache_dtype=fmt, max_query_len=rows)
+                assert short.launch.block_m < 64 and short.launch.fp8_dots == "none"
+            # The other format is decoded from its bytes, and float32 queries keep exact dots: never fp8 dots.
+            other = torch.float8_e4m3fnuz if fmt == torch.float8_e4m3fn else torch.float8_e4m3fn
+            for dtype, cache in ((torch.bfloat16, other), (torch.float32, fmt), (torch.bfloat16, torch.bfloat16)):
+                assert launch_config.choose(
+                    num_tokens=19, num_seqs=2, num_kv_heads=2, group=4, head_dim=32, kv_capacity=64,
+                    max_query_len=16, num_splits=None, device_index=0, page_size=16, dtype=dtype,
+                    kv_cache_dtype=cache, causal=causal).fp8_dots == "none"
+    finally:
+        ops.fp8_qk_policy.cache_clear()
+
+
+def test_fp8_qk_policy_is_never_used_under_the_interpreter(monkeypatch):
+    """The interpreter decodes every fp8 format from its bytes, so no call there is described as dotting
+    in fp8, whatever the switch says."""
+    from dflash_rocm_plugin.ops import launch_config
+    monkeypatch.setenv(ops.FP8_QK_ENV, "all")
+    ops.fp8_qk_policy.cache_clear()
+    try:
+        for causal in (False, True):
+            described = ops.describe_launch(num_tokens=19, num_seqs=2, num_q_heads=8, num_kv_heads=2, head_dim=32,
+                                            page_size=16, kv_capacity=64, causal=causal, dtype=torch.bfloat16,
+                                            kv_cache_dtype=torch.float8_e4m3fn, max_query_len=16)
+            assert described.launch.fp8_dots == "none"
+    finally:
+        ops.fp8_qk_policy.cache_clear()
+
+
+def test_a_bad_fp8_qk_switch_is_refused_at_validation_naming_its_values(monkeypatch):
+    """A value the switch does not know refuses every layer over an fp8 cache at the host's validation
+    (``supports``), naming the variable and its values, and a call over such a cache before any launch;
+    layers over a 16-bit cache do not read it."""
+    from dflash_rocm_plugin.ops import call_cache, launch_config
+    monkeypatch.setenv(ops.FP8_QK_ENV, "target")
+    ops.fp8_qk_policy.cache_clear()
+    call_cache.clear()  # a call seen before would skip its checks
+    try:
+        why = ops.supports(ops.AttentionSpec(head_dim=128, dtype=torch.bfloat16, kv_cache_dtype=torch.float8_e4m3fn))
+        assert why is not None and "DFLASH_ROCM_FP8_QK='target'" in why and "draft, all, off" in why
+        assert ops.supports(ops.AttentionSpec(head_dim=128, dtype=torch.bfloat16)) is None
+        case = build([40, 9], [16, 3], dtype=torch.float16, cache_dtype=torch.float8_e4m3fn)
+        out = torch.full_like(case.q, float("nan"))
+        with pytest.raises(ValueError, match="DFLASH_ROCM_FP8_QK"):
+            ops.paged_attention(*case.args(), causal=False, out=out)
+        assert torch.isnan(out).all()  # nothing launched
+    finally:
+        ops.fp8_qk_policy.cache_clear()
