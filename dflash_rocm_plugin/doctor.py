@@ -124,14 +124,19 @@ def _tuned_line(info) -> str:
 
 
 def fp8_report(arch: str | None) -> dict:
-    """Which fp8 cache format this GPU converts in hardware (``ops.native_fp8_dtype``)."""
+    """Which fp8 cache format this GPU converts in hardware (``ops.native_fp8_dtype``), and which calls
+    over it run Q K^T in fp8 (``ops.fp8_qk_policy``)."""
     try:
         from dflash_rocm_plugin import ops
         formats = [str(d).replace("torch.", "") for d in ops.FP8_KV_CACHE_DTYPES]
+        try:
+            qk = {"fp8_qk": ops.fp8_qk_policy(), "fp8_qk_env": ops.FP8_QK_ENV}
+        except ValueError as exc:
+            qk = {"fp8_qk": None, "fp8_qk_env": ops.FP8_QK_ENV, "fp8_qk_error": str(exc)}
         if arch is None or ops.interpreting():
-            return {"native": None, "decoded": formats}
+            return {"native": None, "decoded": formats, **qk}
         native = str(ops.native_fp8_dtype(arch)).replace("torch.", "")
-        return {"native": native, "decoded": [f for f in formats if f != native]}
+        return {"native": native, "decoded": [f for f in formats if f != native], **qk}
     except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
         return {"native": None, "error": repr(exc)}
 
@@ -141,9 +146,17 @@ def _fp8_line(info: dict, arch: str | None) -> str:
         return f"unknown ({info['error']})"
     decoded = " and ".join(info["decoded"])
     if info["native"] is None:
-        return f"{decoded} decoded from their bytes (no GPU conversion here)"
+        bad = f"; {_fp8_qk_line(info)}" if info.get("fp8_qk_error") else ""
+        return f"{decoded} decoded from their bytes (no GPU conversion here){bad}"
     return (f"{info['native']} converted by {arch} (the format its hosts' --kv-cache-dtype fp8 uses); "
-            f"{decoded} decoded from its bytes, slower")
+            f"{decoded} decoded from its bytes, slower; {_fp8_qk_line(info)}")
+
+
+def _fp8_qk_line(info: dict) -> str:
+    if info.get("fp8_qk_error"):
+        return f"ERROR {info['fp8_qk_error']}"
+    calls = {"draft": "the non-causal (DFlash draft) calls", "all": "every call", "off": "no call"}[info["fp8_qk"]]
+    return f"Q K^T in fp8 for {calls} ({info['fp8_qk_env']}={info['fp8_qk']})"
 
 
 def triton_report() -> dict:
@@ -247,7 +260,7 @@ def collect(hosts=("vllm", "sglang")) -> dict:
               "hosts": {}}
     for host in hosts:
         report["hosts"][host] = host_report(host, versions[host], ranges.get(host))
-    report["ok"] = report["triton"]["usable"] and not any(
+    report["ok"] = report["triton"]["usable"] and not report["fp8"].get("fp8_qk_error") and not any(
         h["expected"] and not h["registered"] for h in report["hosts"].values())
     return report
 
@@ -317,6 +330,8 @@ def render(report: dict) -> str:
         lines.append("status: OK")
     elif not report["triton"]["usable"]:
         lines.append("status: FAILED - the kernels cannot run: no usable triton (see above)")
+    elif report["fp8"].get("fp8_qk_error"):
+        lines.append(f"status: FAILED - {report['fp8']['fp8_qk_error']}: every layer over an fp8 cache is refused")
     elif report["switches"][switches.DISABLE]["on"]:
         lines.append(f"status: OFF - {switches.DISABLE}=1: the plugin registers nothing")
     else:

@@ -44,9 +44,32 @@ def test_text_without_hosts(capsys):
 def test_fp8_format_of_each_gpu(monkeypatch, arch, native, decoded):
     from dflash_rocm_plugin import ops
     monkeypatch.setattr(ops, "interpreting", lambda: False)
+    monkeypatch.delenv("DFLASH_ROCM_FP8_QK", raising=False)
+    ops.fp8_qk_policy.cache_clear()
     info = doctor.fp8_report(arch)
-    assert info == {"native": native, "decoded": [decoded]}
-    assert doctor._fp8_line(info, arch).startswith(f"{native} converted by {arch}")
+    assert info == {"native": native, "decoded": [decoded], "fp8_qk": "draft", "fp8_qk_env": "DFLASH_ROCM_FP8_QK"}
+    line = doctor._fp8_line(info, arch)
+    assert line.startswith(f"{native} converted by {arch}")
+    assert line.endswith("Q K^T in fp8 for the non-causal (DFlash draft) calls (DFLASH_ROCM_FP8_QK=draft)")
+
+
+def test_a_bad_fp8_qk_switch_fails_the_doctor(monkeypatch, capsys):
+    """A ``DFLASH_ROCM_FP8_QK`` value it does not know would refuse every layer over an fp8 cache: the doctor
+    says so, names the values, and exits 1."""
+    from dflash_rocm_plugin import ops
+    monkeypatch.setenv("DFLASH_ROCM_FP8_QK", "verify")
+    ops.fp8_qk_policy.cache_clear()
+    try:
+        assert doctor.main([]) == 1
+        text = capsys.readouterr().out
+        assert "DFLASH_ROCM_FP8_QK='verify' is not one of: draft, all, off" in text
+        assert "status: FAILED - DFLASH_ROCM_FP8_QK='verify'" in text
+        assert doctor.main(["--json"]) == 1
+        report = json.loads(capsys.readouterr().out)
+        assert report["ok"] is False and report["fp8"]["fp8_qk"] is None
+    finally:
+        monkeypatch.delenv("DFLASH_ROCM_FP8_QK")
+        ops.fp8_qk_policy.cache_clear()
 
 
 def test_switches_are_shown(monkeypatch, capsys):

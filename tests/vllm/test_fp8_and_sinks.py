@@ -194,6 +194,23 @@ def test_other_quantized_modes_are_refused_with_a_reason(mode, why):
     assert any(why in r for r in _reasons(kv_cache_dtype=mode)), _reasons(kv_cache_dtype=mode)
 
 
+def test_a_bad_fp8_qk_switch_is_refused_at_selection(monkeypatch):
+    """``DFLASH_ROCM_FP8_QK`` (which calls over an fp8 cache dot Q K^T in fp8) is read at vLLM's backend
+    validation: a value it does not know refuses the fp8 layers there, naming its values; bf16 layers
+    do not read it."""
+    from dflash_rocm_plugin import ops
+    monkeypatch.setenv("DFLASH_ROCM_FP8_QK", "yes")
+    ops.fp8_qk_policy.cache_clear()
+    try:
+        assert any("DFLASH_ROCM_FP8_QK='yes' is not one of: draft, all, off" in r
+                   for r in _reasons(kv_cache_dtype="fp8")), _reasons(kv_cache_dtype="fp8")
+        assert _reasons() == []
+    finally:
+        monkeypatch.delenv("DFLASH_ROCM_FP8_QK")
+        ops.fp8_qk_policy.cache_clear()
+    assert _reasons(kv_cache_dtype="fp8") == []
+
+
 def test_draft_keeps_bf16_while_the_target_is_fp8(model_dirs):
     """speculative_config.kv_cache_dtype (vllm#48787): the draft's layers get their own dtype."""
     from tests.vllm.conftest import dflash_spec, engine_args
