@@ -5,7 +5,7 @@
 #   2. the kernel tests on the GPU:            pytest tests/core
 #      and the GPU suite (bf16, graph capture/replay, large shapes): pytest tests/gpu
 #   3. the kernel benchmark:                   dflash-rocm bench
-#      over fp8 caches in this GPU's format, with the default launch and each opt-in fp8 launch
+#      over fp8 caches in this GPU's format, with the default launch and each other fp8 launch
 #      and the launch sweep that checks the gfx942/gfx950 choices: benchmarks/sweep.py
 #      the launch tuner, which writes this GPU's tuned file: dflash-rocm tune -> OUT/tuned/<arch>.json
 #      (gfx942 on MI300X, gfx950 on MI355X; README: contribute it as dflash_rocm_plugin/ops/tuned/<arch>.json),
@@ -191,9 +191,11 @@ step "kernel benchmark, Gemma-4 sliding layers (head_dim 256, window 1024)" "$OU
     --json "$OUT/bench-gemma4-sliding.json"
 step "kernel benchmark, fp8 caches in this GPU's format" "$OUT/bench-fp8.log" \
     dflash-rocm bench --kv fp8 --pages 16 --json "$OUT/bench-fp8.json"
-# The opt-in fp8 launches (benchmarks/NOTES.md): fp8 MFMA dots for both products, for P V alone, and P V
-# transposed with the default fp16 dots; their relative error is in the table and in tests-fp8-launches.log.
-for force in fp8_dots=qk_pv fp8_dots=pv pv_transposed=true; do
+# The fp8 launches beside the default (benchmarks/NOTES.md), which dots Q K^T in fp8 for the draft's block
+# only: fp16 dots everywhere (to check that rule on this GPU), Q K^T in fp8 for the target's calls too
+# (DFLASH_ROCM_FP8_QK=all), fp8 MFMA dots for both products, for P V alone, and P V transposed with fp16
+# dots; their relative error is in the table and in tests-fp8-launches.log.
+for force in fp8_dots=none fp8_dots=qk fp8_dots=qk_pv fp8_dots=pv pv_transposed=true; do
     step "kernel benchmark, fp8 caches, --force $force" "$OUT/bench-fp8-${force%%=*}-${force#*=}.log" \
         dflash-rocm bench --kv fp8 --pages 16 --force "$force" --tolerance 0.06 \
         --json "$OUT/bench-fp8-${force%%=*}-${force#*=}.json"

@@ -51,7 +51,8 @@ def test_dry_run_without_models():
                 "+ dflash-rocm demo --json", "benchmarks/sweep.py", "+ dflash-rocm bench --kv fp8 --pages 16",
                 "+ dflash-rocm bench --workload prefill --peers benchmarks/.peers --peer-names sdpa_flash",
                 "+ dflash-rocm bench --workload gqa8",
-                "--force fp8_dots=qk_pv --tolerance 0.06", "tests/gpu/test_fp8_opt_in_launches.py",
+                "--force fp8_dots=qk_pv --tolerance 0.06", "--force fp8_dots=none --tolerance 0.06",
+                "--force fp8_dots=qk --tolerance 0.06", "tests/gpu/test_fp8_opt_in_launches.py",
                 "+ dflash-rocm bench --models qwen3-next --targets-only", "--models gemma-4-global",
                 "--models qwen3-next --targets-only --pages 16 --force block_n=64"):
         assert cmd in out
