@@ -10,6 +10,7 @@ import itertools
 import re
 
 import pytest
+import torch
 
 from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.ops import launch_config
@@ -78,13 +79,17 @@ def _extras(arch, extras):
     return {**extras, "cache": (NATIVE_FP8 if cache == "native" else OTHER_FP8)[arch]}
 
 
-def _launch(monkeypatch, arch, hq, hkv, d, batch, context, page, q_len=16, kv_cache_dtype=None):
+def _launch(monkeypatch, arch, hq, hkv, d, batch, context, page, q_len=16, kv_cache_dtype=None, dtype=None,
+            causal=None):
+    """The launch ``choose`` makes on ``arch``; given the query dtype and ``causal``, as a call makes it (the
+    tuned files in force and the fp8 Q K^T rule included)."""
     sms, smem = DEVICES[arch]
     with monkeypatch.context() as m:
         pin_gpu(m, arch, smem, sms)
         return launch_config.choose(num_tokens=batch * q_len, num_seqs=batch, num_kv_heads=hkv, group=hq // hkv,
                                     head_dim=d, kv_capacity=context, max_query_len=q_len, num_splits=None,
-                                    device_index=0, page_size=page, kv_cache_dtype=kv_cache_dtype)
+                                    device_index=0, page_size=page, kv_cache_dtype=kv_cache_dtype, dtype=dtype,
+                                    causal=causal)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +100,8 @@ def compiled():
     for arch in sorted(DEVICES):
         for name, hq, hkv, d, batch, context, page, causal, extras in CASES:
             q_len = extras.get("q_len", 16)
-            cfg = _launch(mp, arch, hq, hkv, d, batch, context, page, q_len, _cache_dtype(arch, extras))
+            dtype = torch.float16 if extras.get("dtype") == "fp16" else torch.bfloat16
+            cfg = _launch(mp, arch, hq, hkv, d, batch, context, page, q_len, _cache_dtype(arch, extras), dtype, causal)
             shape = dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page, causal=causal,
                          num_tokens=batch * q_len, num_seqs=batch, table_width=context // page,
                          **_extras(arch, extras))
@@ -131,6 +137,16 @@ def test_chosen_launch_compiles_for_the_gpu(compiled, arch, name):
         assert result[0]["vgpr_spills"] == 0
         if launch["num_warps"] == 8:
             assert result[0]["registers"] <= 256
+
+
+@pytest.mark.parametrize("arch", sorted(DEVICES))
+def test_the_chosen_fp8_draft_launch_dots_q_k_in_fp8(compiled, arch):
+    """Among the launches above, the draft's block over a cache in the GPU's own fp8 format is the one
+    that dots Q K^T in fp8 (``launch_config.fp8_dots_rule``); the verify, the other format (decoded from
+    its bytes) and 16-bit caches keep fp16 dots."""
+    chosen = {name: compiled[(arch, name)][0]["fp8_dots"] for name, *_ in CASES}
+    assert chosen.pop("qwen3-8b draft 32x16K p16 fp8") == "qk"
+    assert set(chosen.values()) == {"none"}
 
 
 def _defs(ir: str) -> dict:
