@@ -10,7 +10,8 @@ What is supported, and why not: ``supports(AttentionSpec(...))`` answers None or
 ``require`` raises ``Unsupported`` with it; ``platform_problem()`` says why no kernel can run here;
 ``native_fp8_dtype(arch)`` is the fp8 cache format a GPU converts in hardware; ``fp8_qk_policy()``
 which calls over such a cache run Q K^T in fp8 (``DFLASH_ROCM_FP8_QK``: draft, all, off).
-What a call would run: ``describe_launch(...)``, and whether its keys may be split at all:
+What a call would run: ``describe_launch(...)``; which ``fp8_dots`` it may run: ``fp8_dots_choices(...)``;
+and whether its keys may be split at all:
 ``may_split_keys(...)``; which backend serves each op: ``kernel_paths()``.
 Workspace: ``workspace_floats(...)`` sizes the caller-owned split-KV scratch; ``MAX_KV_SPLITS`` is the most
 splits a call may take (``paged_attention(num_kv_splits=)``).
@@ -34,6 +35,7 @@ from dflash_rocm_plugin.ops.plan import (
     LaunchDescription,
     describe_launch,
     forced_launch,
+    fp8_dots_choices,
     workspace_floats,
 )
 from dflash_rocm_plugin.ops.sampling import greedy_sample
@@ -58,6 +60,7 @@ from dflash_rocm_plugin.ops.support import (
     AttentionSpec,
     Unsupported,
     features_problem,
+    fp8_qk_covers,
     fp8_qk_policy,
     native_fp8_dtype,
     require,
@@ -67,9 +70,11 @@ from dflash_rocm_plugin.ops.support import (
 __all__ = [
     "paged_attention", "write_kv_cache", "greedy_sample",
     "AttentionSpec", "supports", "require", "features_problem", "Unsupported", "HEAD_DIMS", "DTYPES", "KV_CACHE_DTYPES",
-    "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES", "native_fp8_dtype", "fp8_qk_policy", "FP8_QK_ENV", "FP8_QK_CHOICES",
+    "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES", "native_fp8_dtype",
+    "fp8_qk_policy", "fp8_qk_covers", "FP8_QK_ENV", "FP8_QK_CHOICES",
     "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",
-    "describe_launch", "may_split_keys", "LaunchDescription", "AttentionLaunch", "forced_launch", "workspace_floats",
+    "describe_launch", "fp8_dots_choices", "may_split_keys", "LaunchDescription", "AttentionLaunch", "forced_launch",
+    "workspace_floats",
     "MAX_KV_SPLITS",
     "kernel_paths", "AiterUnavailable",
     "tuned_configs", "tuned_sources", "tuned_bucket", "tuned_document", "read_tuned_file", "tuned_user_path",

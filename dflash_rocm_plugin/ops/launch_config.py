@@ -102,15 +102,23 @@ FP8_DOTS_MODES = tuple(FP8_DOT_PRODUCTS)
 FP8_QK_MIN_ROWS = 64
 
 
-def fp8_dots_rule(*, native_fp8: bool, dtype, causal: bool | None, block_m: int) -> str:
-    """``fp8_dots`` for a call: "qk" over a cache in the GPU's own fp8 format (the tensor cores take
-    no other; the interpreter decodes every format from its bytes) under 16-bit queries, in tiles of
-    at least FP8_QK_MIN_ROWS rows, for the calls ``support.fp8_qk_policy`` names; else "none"."""
-    if (not native_fp8 or causal is None or dtype not in support.FP8_DOT_QUERY_DTYPES
-            or block_m < FP8_QK_MIN_ROWS or _runtime.interpreting()):
+def fp8_qk_allowed(*, native_fp8: bool, dtype, causal: bool | None) -> bool:
+    """Whether a call may dot Q K^T in fp8: over a cache in the GPU's own fp8 format (the tensor cores
+    take no other; the interpreter decodes every format from its bytes) under 16-bit queries, and
+    named by ``support.fp8_qk_policy``."""
+    if not native_fp8 or causal is None or dtype not in support.FP8_DOT_QUERY_DTYPES or _runtime.interpreting():
+        return False
+    return support.fp8_qk_covers(causal)
+
+
+def fp8_dots_rule(*, native_fp8: bool, dtype, causal: bool | None, block_m: int, tuned: str | None = None) -> str:
+    """``fp8_dots`` for a call: where ``fp8_qk_allowed``, what a tuned entry chose for its bucket, else
+    "qk" in tiles of at least FP8_QK_MIN_ROWS rows; "none" everywhere else."""
+    if not fp8_qk_allowed(native_fp8=native_fp8, dtype=dtype, causal=causal):
         return "none"
-    policy = support.fp8_qk_policy()
-    return "qk" if policy == "all" or (policy == "draft" and not causal) else "none"
+    if tuned is not None:
+        return tuned
+    return "qk" if block_m >= FP8_QK_MIN_ROWS else "none"
 
 
 def window_edge_keys(block_q: int, block_n: int, fp8_dots: bool) -> int:
@@ -284,12 +292,14 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
         num_stages = min(num_stages, 3)  # three 64-key K/V stages beside the 256-row Q tile
     launch = AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages,
                              page_ids_asm=page_ids_asm, overlap_qk=overlap_qk)
+    tuned_fp8_dots = None
     if dtype is not None and causal is not None:
         entry = tuned.lookup(arch, heads=(group * num_kv_heads, num_kv_heads, head_dim), dtype=dtype,
                              kv_cache_dtype=kv_cache_dtype, causal=causal, num_tokens=num_tokens,
                              num_seqs=num_seqs, max_query_len=max_query_len, kv_keys=kv_capacity,
                              page_size=page_size)
         if entry is not None and entry.launch is not None:
+            tuned_fp8_dots = entry.launch.get("fp8_dots")
             launch = _tuned_launch(launch, entry.launch, arch, splits_free=short_queries and not explicit_splits,
                                    rows_free=not short_queries, group=group, max_query_len=max_query_len)
     if _forced:
@@ -299,7 +309,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     native_fp8 = kv_cache_dtype is not None and kv_cache_dtype == support.native_fp8_dtype(arch)
     if "fp8_dots" not in _forced:
         launch = dataclasses.replace(launch, fp8_dots=fp8_dots_rule(native_fp8=native_fp8, dtype=dtype, causal=causal,
-                                                                    block_m=launch.block_m))
+                                                                    block_m=launch.block_m, tuned=tuned_fp8_dots))
     if "merge_warps" not in _forced:
         launch = dataclasses.replace(launch, merge_warps=_merge_warps(head_dim_pad, launch.num_splits))
     if "mfma_nonkdim" not in _forced:

@@ -11,7 +11,7 @@ import dataclasses
 
 import torch
 
-from dflash_rocm_plugin.ops import _runtime, backends, launch_config, tuned, workspace
+from dflash_rocm_plugin.ops import _runtime, backends, launch_config, support, tuned, workspace
 
 AttentionLaunch = launch_config.AttentionLaunch
 forced_launch = launch_config.forced
@@ -23,6 +23,14 @@ class LaunchDescription:
     reason: str                       # why that backend
     launch: AttentionLaunch | None    # Triton's tiles, warps, stages and KV splits
     workspace_floats: int             # split-KV scratch this call needs (0: none)
+
+
+def fp8_dots_choices(*, kv_cache_dtype, dtype, causal: bool, device=None) -> tuple[str, ...]:
+    """The ``fp8_dots`` values a call of these dtypes may run on the device's GPU: ("none", "qk") where
+    ``DFLASH_ROCM_FP8_QK`` lets it dot Q K^T in fp8, else ("none",).  A tuned entry chooses among them."""
+    index = None if device is None else torch.device(device).index
+    native = kv_cache_dtype is not None and kv_cache_dtype == support.native_fp8_dtype(_runtime.gpu_arch(index))
+    return ("none", "qk") if launch_config.fp8_qk_allowed(native_fp8=native, dtype=dtype, causal=causal) else ("none",)
 
 
 def describe_launch(*, num_tokens: int, num_seqs: int, num_q_heads: int, num_kv_heads: int, head_dim: int,

@@ -152,6 +152,12 @@ def fp8_qk_policy() -> str:
     return value
 
 
+def fp8_qk_covers(causal: bool) -> bool:
+    """Whether ``DFLASH_ROCM_FP8_QK`` names calls of this causality (draft: the non-causal ones)."""
+    policy = fp8_qk_policy()
+    return policy == "all" or (policy == "draft" and not causal)
+
+
 def fp8_qk_problem(kv_cache_dtype) -> str | None:
     """A ``DFLASH_ROCM_FP8_QK`` value that is not understood, for layers over an fp8 cache: said at the
     host's validation, not first at a layer's call."""

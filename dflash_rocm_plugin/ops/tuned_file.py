@@ -30,7 +30,10 @@ FORMAT = 1
 # chooser's, so the workspace bound and the grid keep their shape rules.  ``block_q`` may be set
 # too, and applies only where no call of the bucket may split its keys (``launch_config.may_split``).
 LAUNCH_FIELDS = ("block_n", "num_warps", "num_stages", "num_splits", "page_ids_asm", "overlap_qk")
-OPTIONAL_LAUNCH_FIELDS = ("block_q",)
+OPTIONAL_LAUNCH_FIELDS = ("block_q", "fp8_dots")
+# fp8_dots values a tuned entry may choose: whether Q K^T dots in fp8, applied only to calls that
+# DFLASH_ROCM_FP8_QK lets dot in fp8 (ops/launch_config.fp8_dots_rule).
+TUNED_FP8_DOTS = ("none", "qk")
 BACKENDS = ("triton", "aiter")
 DTYPES = ("float16", "bfloat16", "float32")
 KV_CACHE_DTYPES = DTYPES + ("float8_e4m3fn", "float8_e4m3fnuz")
@@ -90,7 +93,8 @@ def _launch_problem(launch) -> str | None:
               "num_splits": _is_int(launch["num_splits"], 1, MAX_SPLITS),
               "page_ids_asm": type(launch["page_ids_asm"]) is bool,
               "overlap_qk": type(launch["overlap_qk"]) is bool,
-              **({"block_q": _is_p2(launch["block_q"], 256)} if "block_q" in launch else {})}
+              **({"block_q": _is_p2(launch["block_q"], 256)} if "block_q" in launch else {}),
+              **({"fp8_dots": launch["fp8_dots"] in TUNED_FP8_DOTS} if "fp8_dots" in launch else {})}
     bad = [f"{k}={launch[k]!r}" for k, ok in checks.items() if not ok]
     return f"launch values out of range: {', '.join(bad)}" if bad else None
 

@@ -60,18 +60,20 @@ def gpu_timer(calls: list, candidate: Candidate) -> Timing:
     return Timing(graph_us=timing.graph_us(calls, target_ms=3.0, reps=10), flushed_us=timing.flushed_us(calls))
 
 
-def fields_of(launch, rows: bool = False) -> tuple:
-    """The launch's tuned fields (with its tile's queries, ``block_q``, where ``rows``)."""
-    names = ops.TUNED_LAUNCH_FIELDS + (ops.TUNED_OPTIONAL_LAUNCH_FIELDS if rows else ())
+def fields_of(launch, rows: bool = False, fp8_dots: bool = False) -> tuple:
+    """The launch's tuned fields, with its tile's queries (``block_q``) where ``rows`` and whether Q K^T dots
+    in fp8 (``fp8_dots``) where ``fp8_dots``."""
+    names = ops.TUNED_LAUNCH_FIELDS + (("block_q",) if rows else ()) + (("fp8_dots",) if fp8_dots else ())
     return tuple((name, getattr(launch, name)) for name in names)
 
 
 def launch_text(fields: dict) -> str:
-    """``Q32 BN64 W4 S3 x2 asm ovl``: queries per tile (where tuned), tile keys, warps, stages, KV
+    """``Q32 BN64 W4 S3 x2 asm ovl fp8qk``: queries per tile (where tuned), tile keys, warps, stages, KV
     splits, and the flags that are on."""
     text = f"Q{fields['block_q']} " if "block_q" in fields else ""
     text += f"BN{fields['block_n']} W{fields['num_warps']} S{fields['num_stages']} x{fields['num_splits']}"
-    return text + (" asm" if fields["page_ids_asm"] else "") + (" ovl" if fields["overlap_qk"] else "")
+    return (text + (" asm" if fields["page_ids_asm"] else "") + (" ovl" if fields["overlap_qk"] else "")
+            + (" fp8qk" if fields.get("fp8_dots") == "qk" else ""))
 
 
 class BucketBench:
@@ -86,6 +88,9 @@ class BucketBench:
         self.ref = inputs.reference(self.case)
         self.outs = [torch.empty_like(self.case.q) for _ in self.case.block_tables]
         self.default = self.describe(backend="triton").launch
+        # ("none", "qk") where the cache is in the GPU's fp8 format and DFLASH_ROCM_FP8_QK names the calls.
+        self.fp8_dots = ops.fp8_dots_choices(kv_cache_dtype=self.case.k_cache.dtype, dtype=self.case.q.dtype,
+                                             causal=shape.causal, device=self.device)
         # Caller-owned, as a host's: graph capture never allocates, whatever split count is tried.
         floats = self.describe(backend="triton", num_kv_splits=MAX_SPLITS).workspace_floats if self.can_split else 0
         self.workspace = torch.empty(max(1, floats, self.describe(backend="triton").workspace_floats),
@@ -126,8 +131,9 @@ class BucketBench:
         forced = ops.forced_launch(**dict(candidate.fields)) if candidate.fields else contextlib.nullcontext()
         with forced:
             plan = self.describe(backend=candidate.backend)
-            result.ran = plan.backend if plan.launch is None else \
-                f"{plan.backend} {launch_text(dict(fields_of(plan.launch, rows=not self.can_split)))}"
+            tuned_fields = () if plan.launch is None else fields_of(plan.launch, rows=not self.can_split,
+                                                                     fp8_dots=len(self.fp8_dots) > 1)
+            result.ran = plan.backend if plan.launch is None else f"{plan.backend} {launch_text(dict(tuned_fields))}"
             calls = self._calls(candidate.backend)
             try:
                 for out in self.outs:

@@ -85,7 +85,11 @@ def search(bench: BucketBench, space: space_mod.Space, sweep: _Sweep, start: dic
     best = sweep.best_fields(start)
     for asm in space.page_ids_asm:
         for ovl in space.overlap_qk:
-            sweep.triton(f"asm={int(asm)} ovl={int(ovl)}", dict(best, page_ids_asm=asm, overlap_qk=ovl))
+            for fp8 in (bench.fp8_dots if "fp8_dots" in start else (None,)):
+                label, fields = f"asm={int(asm)} ovl={int(ovl)}", dict(best, page_ids_asm=asm, overlap_qk=ovl)
+                if fp8 is not None:
+                    label, fields["fp8_dots"] = f"{label} fp8_dots={fp8}", fp8
+                sweep.triton(label, fields)
     best = sweep.best_fields(start)
     if bench.can_split:
         for n in (best["num_splits"] // 2, best["num_splits"] * 2):
@@ -127,7 +131,7 @@ def tune_bucket(bench: BucketBench, space: space_mod.Space, *, deadline: float, 
         if not default.ok:
             out.decision = f"failed: the default launch: {default.error}"
             return _finish(out, sweep)
-        start = fields_of(bench.default, rows=not bench.can_split)
+        start = fields_of(bench.default, rows=not bench.can_split, fp8_dots=len(bench.fp8_dots) > 1)
         if default_backend == "triton":  # the default launch, forced, is the default itself
             sweep.seen[("triton", start)] = dataclasses.replace(default, candidate=Candidate("default", "triton", start))
         aiter_serves = bench.describe(backend="aiter").backend == "aiter"

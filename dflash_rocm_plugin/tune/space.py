@@ -8,7 +8,8 @@ power-of-two sizes the chooser's lookup rounds up to), so an entry is timed wher
 
 The search is coordinate descent from the default launch: KV splits (blocks short enough to split)
 or, for prefill and chunked prefill, the query rows of a tile, then tile x warps x stages at the
-best of those, then the two loop flags, then the split counts next to the best.  Its length does
+best of those, then the two loop flags (each with and without Q K^T in fp8, over an fp8 cache whose
+calls ``DFLASH_ROCM_FP8_QK`` lets dot in fp8), then the split counts next to the best.  Its length does
 not depend on what is measured, so ``--dry-run`` counts it.
 """
 
@@ -117,7 +118,9 @@ def row_choices(space: Space, group: int, q_len: int) -> list[tuple[int, int]]:
 
 
 def candidate_count(space: Space, can_split: bool, kv_keys: int, block_n: int, group: int = 1,
-                    q_len: int = 1) -> int:
-    """How many launches the search times for one bucket (the default excluded)."""
+                    q_len: int = 1, fp8_dots: int = 1) -> int:
+    """How many launches the search times for one bucket (the default excluded); ``fp8_dots``: how many
+    values of it are tried with each pair of flags."""
     first = len(split_counts(space, kv_keys, block_n)) if can_split else len(row_choices(space, group, q_len))
-    return first + len(space.tiles) + len(space.page_ids_asm) * len(space.overlap_qk) + (2 if can_split else 0)
+    flags = len(space.page_ids_asm) * len(space.overlap_qk) * fp8_dots
+    return first + len(space.tiles) + flags + (2 if can_split else 0)

@@ -144,6 +144,34 @@ def test_tuned_splits_apply_only_where_the_rules_could_split(h200, files):
     assert launch(batch=4, context=4096).num_splits != 16                       # another bucket
 
 
+# ----------------------------------------------------------------------------- fp8 Q K^T
+
+@pytest.mark.parametrize("policy", ["draft", "all", "off"])
+def test_a_tuned_fp8_dots_applies_only_to_calls_the_switch_names(h200, files, monkeypatch, policy):
+    """An entry may say whether its bucket dots Q K^T in fp8 ("none" or "qk", as ``dflash-rocm tune`` measured
+    it), overriding the 64-row floor both ways, but only for calls ``DFLASH_ROCM_FP8_QK`` names: it never gives
+    a target's causal call fp8 dots under the default "draft", nor any call under "off"."""
+    fn = torch.float8_e4m3fn
+    monkeypatch.setenv(ops.FP8_QK_ENV, policy)
+    ops.fp8_qk_policy.cache_clear()
+    try:
+        files("user", doc([
+            entry(kv="float8_e4m3fn", launch=dict(FAST, fp8_dots="none")),                     # q16 draft, 64 rows
+            entry(kv="float8_e4m3fn", q=8, launch=dict(FAST, fp8_dots="qk")),                  # q8 draft, 32 rows
+            entry(kv="float8_e4m3fn", causal=True, launch=dict(FAST, fp8_dots="qk")),          # q16 verify
+            entry(kv="float8_e4m3fn", batch=64, context=8192, launch=dict(FAST))]))           # says nothing
+        drafts, verify = policy != "off", policy == "all"
+        assert launch(kv=fn).fp8_dots == "none" and tuned_fields(launch(kv=fn)) == FAST
+        assert launch(kv=fn, q_len=8).block_m == 32
+        assert launch(kv=fn, q_len=8).fp8_dots == ("qk" if drafts else "none")
+        assert launch(kv=fn, causal=True).fp8_dots == ("qk" if verify else "none")
+        assert launch(kv=fn, batch=64, context=8192).fp8_dots == ("qk" if drafts else "none")   # the rule's
+        with ops.forced_launch(fp8_dots="qk"):
+            assert launch(kv=fn).fp8_dots == "qk"                                               # forced wins
+    finally:
+        ops.fp8_qk_policy.cache_clear()
+
+
 # ----------------------------------------------------------------------------- query rows
 
 def test_tuned_query_rows_apply_only_where_queries_span_several_tiles(h200, files):
@@ -239,6 +267,8 @@ BAD = {
     "not a bucket": (doc([entry(context=10000)]), "context 10000"),
     "unknown dtype": (doc([entry(dtype="float8")]), "dtype 'float8'"),
     "unknown backend": (doc([entry(backend="ck")]), "backend 'ck'"),
+    "fp8 dots other than Q K^T": (doc([entry(kv="float8_e4m3fn", launch=dict(FAST, fp8_dots="pv"))]),
+                                  "fp8_dots='pv'"),
     "two entries for one bucket": (doc([entry(), entry()]), "same bucket"),
     "not an object": ("[1, 2]", "not a JSON object"),
 }
