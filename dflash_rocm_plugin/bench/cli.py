@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
                         "e.g. --force num_stages=3 --force page_ids_asm=false")
     p.add_argument("--tolerance", type=float, default=None,
                    help="largest relative error against the reference that is still timed (default: "
-                        "2e-2, and 6e-2 for a launch with fp8 tensor-core dots, as a draft over an fp8 cache runs)")
+                        "2e-2, and 6e-2 for a launch with fp8 tensor-core dots, e.g. under DFLASH_ROCM_FP8_QK)")
     p.add_argument("--no-progress", action="store_true")
     return p
 

@@ -29,7 +29,7 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
   * FP16_DOTS: dots in fp16 for fp8 caches under bf16 queries (see the kernel).
   * FP8_DOTS (1: e4m3fn, 2: e4m3fnuz; opt-in launch field ``fp8_dots``): P V of an fp8 cache
     dots in fp8 on the tensor cores, P scaled by P8_SCALE into V's format, V not converted.
-    FP8_QK (the same codes; by default for a DFlash draft's block, ``ops.fp8_qk_policy``): Q K^T
+    FP8_QK (the same codes; opt-in, ``ops.fp8_qk_policy``, or the launch field): Q K^T
     in fp8, q joining the cache's format under one scale per program, K not converted; alone or
     with FP8_DOTS.  Costs accuracy (P, and q, keep 3 mantissa
     bits).

@@ -9,7 +9,7 @@ Calls (arguments checked before any launch; ``ValueError`` naming the argument):
 What is supported, and why not: ``supports(AttentionSpec(...))`` answers None or the reason;
 ``require`` raises ``Unsupported`` with it; ``platform_problem()`` says why no kernel can run here;
 ``native_fp8_dtype(arch)`` is the fp8 cache format a GPU converts in hardware; ``fp8_qk_policy()``
-which calls over such a cache run Q K^T in fp8 (``DFLASH_ROCM_FP8_QK``: draft, all, off).
+which calls over such a cache run Q K^T in fp8 (``DFLASH_ROCM_FP8_QK``: off, draft, all).
 What a call would run: ``describe_launch(...)``; which ``fp8_dots`` it may run: ``fp8_dots_choices(...)``;
 and whether its keys may be split at all:
 ``may_split_keys(...)``; which backend serves each op: ``kernel_paths()``.

@@ -96,9 +96,12 @@ FP8_DOTS_MODES = tuple(FP8_DOT_PRODUCTS)
 # DFlash2 q16 draft over window 2048 2.00 -> 2.59.  Tiles under 64 rows lose (too short for Hopper's
 # wgmma): a q8 window draft of Qwen3-8B heads (32 rows) 1.87 -> 1.78, a q1 decode level.  The cost:
 # relative error against the float64 reference of the dequantized cache 2.0e-2 instead of 1.7e-3 (q
-# rounded to 3 mantissa bits, as each cached K already is).  "draft" (the default): the non-causal
-# calls, a DFlash draft's block, whose attention error can only lower acceptance, never change the
-# target's output; "all": the target's causal calls too; "off": none (``support.fp8_qk_policy``).
+# rounded to 3 mantissa bits, as each cached K already is).  In a draft that error can only lower
+# acceptance, never change the target's output, but it does: the demo's distilled pair with the draft's
+# q so rounded accepts 0.8-1.8 % fewer tokens, about 1 % of its drafts flipped, a loss that grows with
+# tau (benchmarks/draft_q_rounding_tau.py), against a few percent of a step the draft's attention saves.
+# So it is opt-in (``support.fp8_qk_policy``): "draft" the non-causal calls, "all" the target's causal
+# calls too (its verify 2.10 -> 3.03 TB/s at the error above), "off" (the default) none.
 FP8_QK_MIN_ROWS = 64
 
 

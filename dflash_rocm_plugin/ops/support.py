@@ -31,11 +31,11 @@ FP8_KV_CACHE_DTYPES = tuple(FP8_MAX)
 # float32 queries (tests) keep exact dots.
 FP8_DOT_QUERY_DTYPES = (torch.float16, torch.bfloat16)
 # Which calls over an fp8 cache may run Q K^T as an fp8 dot (q rounded into the cache's format; its
-# speed and error at ops/launch_config.fp8_dots_rule): "draft" (default) the non-causal calls, a
-# DFlash draft's block, whose attention error only lowers acceptance; "all" the target's causal
-# calls too; "off" none.
+# speed and cost at ops/launch_config.fp8_dots_rule): "off" (default) none; "draft" the non-causal
+# calls, a DFlash draft's block, whose attention error only lowers acceptance; "all" the target's
+# causal calls too.
 FP8_QK_ENV = "DFLASH_ROCM_FP8_QK"
-FP8_QK_CHOICES = ("draft", "all", "off")
+FP8_QK_CHOICES = ("off", "draft", "all")
 # Cache element types: the model dtype itself, or an fp8 format with any model dtype.
 KV_CACHE_DTYPES = DTYPES + FP8_KV_CACHE_DTYPES
 # KV scales: per tensor (1 element) or per KV head, float32, on the device.
@@ -146,7 +146,7 @@ def features_problem(features) -> str | None:
 def fp8_qk_policy() -> str:
     """``DFLASH_ROCM_FP8_QK`` (one of FP8_QK_CHOICES), read once per process; ``ValueError`` naming the
     variable and its values for anything else."""
-    value = os.environ.get(FP8_QK_ENV, "").strip().lower() or "draft"
+    value = os.environ.get(FP8_QK_ENV, "").strip().lower() or "off"
     if value not in FP8_QK_CHOICES:
         raise ValueError(f"{FP8_QK_ENV}={os.environ.get(FP8_QK_ENV)!r} is not one of: {', '.join(FP8_QK_CHOICES)}")
     return value

@@ -209,14 +209,14 @@ def test_each_fp8_dots_mode_switches_its_own_dots(monkeypatch, mode, qk, pv, fp1
         assert c["EDGE_N"] >= 32  # a window's edge tiles are fp8 dot operands too
 
 
-@pytest.mark.parametrize("policy,draft,verify", [(None, "qk", "none"), ("draft", "qk", "none"), ("all", "qk", "qk"),
+@pytest.mark.parametrize("policy,draft,verify", [(None, "none", "none"), ("draft", "qk", "none"), ("all", "qk", "qk"),
                                                  ("off", "none", "none"), (" ALL ", "qk", "qk")])
 @pytest.mark.parametrize("arch,fmt", [("sm_90", torch.float8_e4m3fn), ("gfx942", torch.float8_e4m3fnuz),
                                       ("gfx950", torch.float8_e4m3fn)])
 def test_fp8_qk_policy_chooses_which_calls_dot_q_k_in_fp8(monkeypatch, policy, draft, verify, arch, fmt):
-    """``DFLASH_ROCM_FP8_QK``: by default the non-causal calls (a DFlash draft's block) over a cache in the
-    GPU's own fp8 format run Q K^T in fp8, the causal (target) calls do not; "all" and "off" say so for
-    both.  The chosen mode reaches the kernel (FP8_QK) and the launch description."""
+    """``DFLASH_ROCM_FP8_QK``: unset ("off"), no call dots Q K^T in fp8; "draft", the non-causal calls (a DFlash
+    draft's block) over a cache in the GPU's own fp8 format, not the causal (target) calls; "all", both.  The
+    chosen mode reaches the kernel (FP8_QK) and the launch description; tiles under 64 rows never take it."""
     from dflash_rocm_plugin.ops import kv_cache, launch_config
     from dflash_rocm_plugin.ops.backends import triton as triton_backend
     from dflash_rocm_plugin.ops.call import AttentionCall
@@ -284,7 +284,7 @@ def test_a_bad_fp8_qk_switch_is_refused_at_validation_naming_its_values(monkeypa
     call_cache.clear()  # a call seen before would skip its checks
     try:
         why = ops.supports(ops.AttentionSpec(head_dim=128, dtype=torch.bfloat16, kv_cache_dtype=torch.float8_e4m3fn))
-        assert why is not None and "DFLASH_ROCM_FP8_QK='target'" in why and "draft, all, off" in why
+        assert why is not None and "DFLASH_ROCM_FP8_QK='target'" in why and "off, draft, all" in why
         assert ops.supports(ops.AttentionSpec(head_dim=128, dtype=torch.bfloat16)) is None
         case = build([40, 9], [16, 3], dtype=torch.float16, cache_dtype=torch.float8_e4m3fn)
         out = torch.full_like(case.q, float("nan"))

@@ -94,8 +94,11 @@ def _launch(monkeypatch, arch, hq, hkv, d, batch, context, page, q_len=16, kv_ca
 
 @pytest.fixture(scope="module")
 def compiled():
-    """Every (arch, case) compiled in one child process: {(arch, name): (launch, result)}."""
+    """Every (arch, case) compiled in one child process: {(arch, name): (launch, result)}, the launches chosen
+    with ``DFLASH_ROCM_FP8_QK=draft`` (the fp8 draft's opt-in launch; every other case is as by default)."""
     mp = pytest.MonkeyPatch()
+    mp.setenv(ops.FP8_QK_ENV, "draft")
+    ops.fp8_qk_policy.cache_clear()
     jobs, keys = [], []
     for arch in sorted(DEVICES):
         for name, hq, hkv, d, batch, context, page, causal, extras in CASES:
@@ -111,6 +114,8 @@ def compiled():
             jobs.append(dict(kernel="kv_write", arch=arch, launch={},
                              shape=dict(num_kv_heads=8, head_dim=128, fp8=fp8)))
             keys.append((arch, f"kv write fp8={fp8}"))
+    mp.undo()
+    ops.fp8_qk_policy.cache_clear()
     results = offline_compile.run(jobs)
     return {k: (job["launch"], r) for k, job, r in zip(keys, jobs, results)}
 
@@ -141,9 +146,9 @@ def test_chosen_launch_compiles_for_the_gpu(compiled, arch, name):
 
 @pytest.mark.parametrize("arch", sorted(DEVICES))
 def test_the_chosen_fp8_draft_launch_dots_q_k_in_fp8(compiled, arch):
-    """Among the launches above, the draft's block over a cache in the GPU's own fp8 format is the one
-    that dots Q K^T in fp8 (``launch_config.fp8_dots_rule``); the verify, the other format (decoded from
-    its bytes) and 16-bit caches keep fp16 dots."""
+    """Under ``DFLASH_ROCM_FP8_QK=draft`` the draft's block over a cache in the GPU's own fp8 format is the one
+    launch above that dots Q K^T in fp8 (``launch_config.fp8_dots_rule``); the verify, the other format
+    (decoded from its bytes) and 16-bit caches keep fp16 dots."""
     chosen = {name: compiled[(arch, name)][0]["fp8_dots"] for name, *_ in CASES}
     assert chosen.pop("qwen3-8b draft 32x16K p16 fp8") == "qk"
     assert set(chosen.values()) == {"none"}

@@ -328,14 +328,16 @@ def test_over_an_fp8_cache_the_flags_are_tried_with_and_without_fp8_q_k(tmp_path
     clear_tuned_caches()
 
 
-def test_the_dry_run_counts_the_fp8_q_k_candidates(monkeypatch):
-    """With ``--kv fp8`` each pair of loop flags is counted twice for the calls the switch names (the draft's by
-    default) and once for the others."""
-    monkeypatch.delenv(ops.FP8_QK_ENV, raising=False)
+@pytest.mark.parametrize("policy", ["draft", "off"])
+def test_the_dry_run_counts_the_fp8_q_k_candidates(monkeypatch, policy):
+    """With ``--kv fp8`` each pair of loop flags is counted twice for the calls the switch names (under
+    "draft" the draft's) and once for the others."""
+    monkeypatch.setenv(ops.FP8_QK_ENV, policy)
     ops.fp8_qk_policy.cache_clear()
     shapes = space_mod.buckets(["draft-q16", "verify-q16"], (32, 8, 128), [16], [(32, 16384)], kv="fp8")
     bf16 = space_mod.buckets(["draft-q16", "verify-q16"], (32, 8, 128), [16], [(32, 16384)])
     space = space_mod.space_for("sm_90")
     flags = len(space.page_ids_asm) * len(space.overlap_qk)
     fp8, plain = (driver.expected_candidates(s, "sm_90", torch.bfloat16, space) for s in (shapes, bf16))
-    assert fp8 == [plain[0] + flags, plain[1]]
+    assert fp8 == [plain[0] + (flags if policy == "draft" else 0), plain[1]]
+    ops.fp8_qk_policy.cache_clear()

@@ -56,8 +56,7 @@ def _check(args, causal, **kw):
 
 
 def _tolerance(args, causal):
-    """1e-2 relative; 5e-2 where the chosen launch rounds q to fp8 for Q K^T (``ops.fp8_qk_policy``:
-    by default the non-causal calls over a cache in the GPU's own fp8 format)."""
+    """1e-2 relative; 5e-2 where the chosen launch rounds q to fp8 for Q K^T (``ops.fp8_qk_policy``)."""
     q, k, _, table, sl, _ = args
     launch = ops.describe_launch(num_tokens=q.shape[0], num_seqs=sl.shape[0], num_q_heads=q.shape[1],
                                  num_kv_heads=k.shape[2], head_dim=q.shape[2], page_size=k.shape[1],
@@ -67,19 +66,22 @@ def _tolerance(args, causal):
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
-def test_fp8_q_k_dots_by_default_only_for_the_draft(causal):
-    """With ``DFLASH_ROCM_FP8_QK`` unset, a non-causal call (a DFlash draft's block) over a cache in the GPU's
-    own fp8 format runs Q K^T in fp8 and a causal (target) call keeps fp16 dots; "off" gives the draft fp16
-    dots back (an error ten times smaller), "all" gives them to the target."""
+def test_fp8_q_k_dots_follow_the_switch(causal):
+    """``DFLASH_ROCM_FP8_QK``: "off" (unset) keeps fp16 dots everywhere; "draft" runs Q K^T in fp8 for a
+    non-causal call (a DFlash draft's block) over a cache in the GPU's own fp8 format, at an error about ten
+    times the fp16 dots', and keeps a causal (target) call as it was; "all" gives the target the same."""
     from dflash_rocm_plugin.ops import call_cache, launch_config
-    assert ops.fp8_qk_policy() == "draft", "run with DFLASH_ROCM_FP8_QK unset"
+    assert ops.fp8_qk_policy() == "off", "run with DFLASH_ROCM_FP8_QK unset"
     args = _build([1000, 4111, 16, 2049], 16, cache=ops.native_fp8_dtype(ops.gpu_arch()), seed=5)
     q, k, v, table, sl, qsl = args
     ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=causal)
     errors = {}
-    for policy in ("draft", "off", "all"):
+    for policy in ("draft", "off", "all", "unset"):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setenv(ops.FP8_QK_ENV, policy)
+            if policy == "unset":
+                mp.delenv(ops.FP8_QK_ENV, raising=False)
+            else:
+                mp.setenv(ops.FP8_QK_ENV, policy)
             ops.fp8_qk_policy.cache_clear()
             call_cache.clear()  # prepared launches hold the policy they were chosen under (read once per process)
             try:
@@ -93,6 +95,7 @@ def test_fp8_q_k_dots_by_default_only_for_the_draft(causal):
     print(f"{'draft' if not causal else 'verify'} rel err by DFLASH_ROCM_FP8_QK: {errors}")
     assert errors["off"] < 1e-2 and errors["all"] < 5e-2 and errors["all"] > 2 * errors["off"]
     assert errors["draft"] == (errors["all"] if not causal else errors["off"])
+    assert errors["off"] == errors["unset"]
 
 
 @pytest.mark.parametrize("fmt", [FN, FNUZ], ids=["e4m3fn", "e4m3fnuz"])

@@ -47,10 +47,18 @@ def test_fp8_format_of_each_gpu(monkeypatch, arch, native, decoded):
     monkeypatch.delenv("DFLASH_ROCM_FP8_QK", raising=False)
     ops.fp8_qk_policy.cache_clear()
     info = doctor.fp8_report(arch)
-    assert info == {"native": native, "decoded": [decoded], "fp8_qk": "draft", "fp8_qk_env": "DFLASH_ROCM_FP8_QK"}
+    assert info == {"native": native, "decoded": [decoded], "fp8_qk": "off", "fp8_qk_env": "DFLASH_ROCM_FP8_QK"}
     line = doctor._fp8_line(info, arch)
     assert line.startswith(f"{native} converted by {arch}")
-    assert line.endswith("Q K^T in fp8 for the non-causal (DFlash draft) calls (DFLASH_ROCM_FP8_QK=draft)")
+    assert line.endswith("Q K^T in fp8 for no call (DFLASH_ROCM_FP8_QK=off)")
+    monkeypatch.setenv("DFLASH_ROCM_FP8_QK", "draft")
+    ops.fp8_qk_policy.cache_clear()
+    try:
+        line = doctor._fp8_line(doctor.fp8_report(arch), arch)
+        assert line.endswith("Q K^T in fp8 for the non-causal (DFlash draft) calls (DFLASH_ROCM_FP8_QK=draft)")
+    finally:
+        monkeypatch.delenv("DFLASH_ROCM_FP8_QK")
+        ops.fp8_qk_policy.cache_clear()
 
 
 def test_a_bad_fp8_qk_switch_fails_the_doctor(monkeypatch, capsys):
@@ -62,7 +70,7 @@ def test_a_bad_fp8_qk_switch_fails_the_doctor(monkeypatch, capsys):
     try:
         assert doctor.main([]) == 1
         text = capsys.readouterr().out
-        assert "DFLASH_ROCM_FP8_QK='verify' is not one of: draft, all, off" in text
+        assert "DFLASH_ROCM_FP8_QK='verify' is not one of: off, draft, all" in text
         assert "status: FAILED - DFLASH_ROCM_FP8_QK='verify'" in text
         assert doctor.main(["--json"]) == 1
         report = json.loads(capsys.readouterr().out)
