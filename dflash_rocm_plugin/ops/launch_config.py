@@ -309,7 +309,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
         launch = dataclasses.replace(launch, **_forced)
         if "block_q" in _forced and "block_m" not in _forced:
             launch = _with_block_q(launch, _forced["block_q"], group, None)
-    native_fp8 = kv_cache_dtype is not None and kv_cache_dtype == support.native_fp8_dtype(arch)
+    native_fp8 = support.is_native_fp8(kv_cache_dtype, arch)
     if "fp8_dots" not in _forced:
         launch = dataclasses.replace(launch, fp8_dots=fp8_dots_rule(native_fp8=native_fp8, dtype=dtype, causal=causal,
                                                                     block_m=launch.block_m, tuned=tuned_fp8_dots))

@@ -29,7 +29,7 @@ def fp8_dots_choices(*, kv_cache_dtype, dtype, causal: bool, device=None) -> tup
     """The ``fp8_dots`` values a call of these dtypes may run on the device's GPU: ("none", "qk") where
     ``DFLASH_ROCM_FP8_QK`` lets it dot Q K^T in fp8, else ("none",).  A tuned entry chooses among them."""
     index = None if device is None else torch.device(device).index
-    native = kv_cache_dtype is not None and kv_cache_dtype == support.native_fp8_dtype(_runtime.gpu_arch(index))
+    native = support.is_native_fp8(kv_cache_dtype, _runtime.gpu_arch(index))
     return ("none", "qk") if launch_config.fp8_qk_allowed(native_fp8=native, dtype=dtype, causal=causal) else ("none",)
 
 

@@ -73,6 +73,11 @@ def native_fp8_dtype(arch: str) -> torch.dtype:
     return torch.float8_e4m3fnuz if arch.startswith("gfx94") else torch.float8_e4m3fn
 
 
+def is_native_fp8(kv_cache_dtype, arch: str) -> bool:
+    """Whether ``kv_cache_dtype`` is the fp8 format ``arch`` converts in hardware (None: the model dtype)."""
+    return kv_cache_dtype is not None and kv_cache_dtype == native_fp8_dtype(arch)
+
+
 def _names(dtypes) -> str:
     return ", ".join(str(d).replace("torch.", "") for d in dtypes)
 

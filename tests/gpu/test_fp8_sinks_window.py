@@ -70,7 +70,7 @@ def test_fp8_q_k_dots_follow_the_switch(causal):
     """``DFLASH_ROCM_FP8_QK``: "off" (unset) keeps fp16 dots everywhere; "draft" runs Q K^T in fp8 for a
     non-causal call (a DFlash draft's block) over a cache in the GPU's own fp8 format, at an error about ten
     times the fp16 dots', and keeps a causal (target) call as it was; "all" gives the target the same."""
-    from dflash_rocm_plugin.ops import call_cache, launch_config
+    from dflash_rocm_plugin.ops import call_cache
     assert ops.fp8_qk_policy() == "off", "run with DFLASH_ROCM_FP8_QK unset"
     args = _build([1000, 4111, 16, 2049], 16, cache=ops.native_fp8_dtype(ops.gpu_arch()), seed=5)
     q, k, v, table, sl, qsl = args

@@ -10,7 +10,7 @@ from dflash_rocm_plugin.ops import _runtime, launch_config, workspace
 from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher
 from dflash_rocm_plugin.ops.call import AttentionCall
 from dflash_rocm_plugin.ops.kv_cache import FP8_CODES
-from dflash_rocm_plugin.ops.support import native_fp8_dtype
+from dflash_rocm_plugin.ops.support import FP8_DOT_QUERY_DTYPES, native_fp8_dtype
 
 NAME = "triton"
 
@@ -47,7 +47,7 @@ class Launch:
         # The interpreter's bf16 dots are wrong; it runs them in fp32.  fp8 tiles under bf16
         # queries convert to fp16 for the dots: half the conversion work of bf16 (kernel docstring).
         # With ``fp8_dots`` a natively converted fp8 cache dots in fp8 instead (the kernel docstring).
-        fp8_dots = (cfg.fp8_dots if call.fp8 and not soft and q.dtype in (torch.float16, torch.bfloat16)
+        fp8_dots = (cfg.fp8_dots if call.fp8 and not soft and q.dtype in FP8_DOT_QUERY_DTYPES
                     and not _runtime.interpreting() else "none")
         qk_in_fp8, pv_in_fp8 = launch_config.FP8_DOT_PRODUCTS[fp8_dots]
         fp8_code = FP8_CODES[k_cache.dtype] if pv_in_fp8 else 0
