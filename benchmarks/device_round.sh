@@ -11,7 +11,8 @@
 #   PARITY    the windowed draft against the same keys, interleaved in one process (window_parity.py)
 #   AB        one launch choice against the chosen launch, interleaved in one process (launch_ab.py): AB_FORCE
 #             (e.g. "heavy_first=false"; space-separated for several fields) over AB_RUNS (workload[:model], ...),
-#             on AB_KV caches (bf16 or fp8; default bf16)
+#             on AB_KV caches (bf16 or fp8; default bf16); AB_OTHER=FILE: that version of
+#             kernels/paged_attention.py against this tree's instead (AB_FORCE then optional)
 #   NCU       Nsight Compute stall samples of that pair (q16, 32 x 16K window 2048 against 32 x 2064 keys)
 set -u
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -58,8 +59,10 @@ if [[ "${WORKLOADS:-0}" == 1 ]]; then
     done
 fi
 if [[ "${AB:-0}" == 1 ]]; then
-    forces=(); for f in ${AB_FORCE:?AB needs AB_FORCE}; do forces+=(--force "$f"); done
-    tag="${AB_FORCE// /-}"; tag="${tag//=/-}${AB_KV:+-$AB_KV}"
+    forces=(); for f in ${AB_FORCE:-}; do forces+=(--force "$f"); done
+    [[ -n "${AB_OTHER:-}" ]] && forces+=(--other-kernel "$AB_OTHER")
+    [[ ${#forces[@]} -gt 0 ]] || { echo "AB needs AB_FORCE or AB_OTHER" >&2; exit 2; }
+    tag="${AB_FORCE:-other-kernel}"; tag="${tag// /-}"; tag="${tag//=/-}${AB_KV:+-$AB_KV}"
     for run in ${AB_RUNS:-prefill chunked decode gqa8 gqa8:qwen3-8b}; do
         w="${run%%:*}"; m=""; [[ "$run" == *:* ]] && m="${run#*:}"
         timeout 200 python3 benchmarks/launch_ab.py --workload "$w" ${m:+--model "$m"} ${AB_KV:+--kv "$AB_KV"} "${forces[@]}" \

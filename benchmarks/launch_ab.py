@@ -1,7 +1,13 @@
-"""One launch field forced against the chosen launch, interleaved in one process.
+"""One launch field forced against the chosen launch, or another version of the attention kernel
+against this one, interleaved in one process.
 
     python benchmarks/launch_ab.py --workload prefill --force heavy_first=false [--model qwen3-32b]
         [--kv fp8] [--rounds 5] [--json ab.json]
+    git show REV:dflash_rocm_plugin/kernels/paged_attention.py > /tmp/other.py
+    python benchmarks/launch_ab.py --workload gqa8 --other-kernel /tmp/other.py
+
+With ``--other-kernel`` both sides take the chosen launch (or the ``--force`` fields); the "forced"
+side runs the kernels of that file, which must take the same arguments as this tree's.
 
 Separate bench invocations differ by 1-3 % from process to process, as much as many launch
 choices are worth.  Here each shape is built once and its plugin calls are timed with the chosen
@@ -13,7 +19,9 @@ FLOP/s for workloads with a whole-context query (prefill, chunked), unique-KV TB
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import importlib.util
 import json
 import statistics
 import sys
@@ -21,15 +29,37 @@ import sys
 import torch
 
 from dflash_rocm_plugin import ops
+from dflash_rocm_plugin.ops import _runtime
 from dflash_rocm_plugin.bench import inputs, timing
 from dflash_rocm_plugin.bench.cli import parse_forced
 from dflash_rocm_plugin.bench.shapes import WORKLOADS
 
 
+def _load_kernels(path: str):
+    """The kernels module of another version of ``kernels/paged_attention.py`` (its own module name)."""
+    spec = importlib.util.spec_from_file_location("dflash_rocm_plugin.kernels._other_paged_attention", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def _kernels_of(module):
+    """Calls launch ``module``'s kernels meanwhile (prepared launches notice the kernel objects change)."""
+    saved = _runtime.kernels()
+    _runtime._kernels = (module, saved[1])
+    try:
+        yield
+    finally:
+        _runtime._kernels = saved
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
-    p.add_argument("--force", action="append", required=True, metavar="FIELD=VALUE")
+    p.add_argument("--force", action="append", default=[], metavar="FIELD=VALUE")
+    p.add_argument("--other-kernel", default=None, metavar="FILE",
+                   help="a paged_attention.py whose kernels the second side runs (same arguments as this tree's)")
     p.add_argument("--model", default=None, help="heads of this bench model instead of the workload's")
     p.add_argument("--kv", choices=("bf16", "fp8"), default="bf16",
                    help="cache element type: the query dtype, or fp8 (the GPU's own format)")
@@ -39,7 +69,12 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("launch_ab.py needs a GPU", file=sys.stderr)
         return 2
-    forced = parse_forced(args.force)
+    if not args.force and not args.other_kernel:
+        p.error("give --force FIELD=VALUE, --other-kernel FILE, or both")
+    forced = parse_forced(args.force) if args.force else {}
+    kernels = {"chosen": _runtime.kernels()[0], "forced": _load_kernels(args.other_kernel) if args.other_kernel else None}
+    if kernels["forced"] is None:
+        kernels["forced"] = kernels["chosen"]
     workload = WORKLOADS[args.workload]
     shapes = workload.shapes((16,), kv=args.kv)
     if args.model:
@@ -50,7 +85,7 @@ def main(argv=None) -> int:
         case = inputs.build(shape, dev)
         ref = inputs.reference(case, 0)
         hq, hkv, d = shape.heads
-        sides = {"chosen": {}, "forced": forced}
+        sides = {"chosen": {} if not args.other_kernel else forced, "forced": forced}
         plans = {}
         for name, fields in sides.items():
             with ops.forced_launch(**fields):
@@ -66,15 +101,15 @@ def main(argv=None) -> int:
         calls = case.plugin_calls(outs, workspace=ws)
         times, errors = {name: [] for name in sides}, {}
         for name, fields in sides.items():
-            with ops.forced_launch(**fields):
+            with ops.forced_launch(**fields), _kernels_of(kernels[name]):
                 calls[0]()
                 torch.cuda.synchronize()
                 errors[name] = inputs.rel_error(outs[0], ref)
         for _ in range(args.rounds):
             for name, fields in sides.items():
-                with ops.forced_launch(**fields):
+                with ops.forced_launch(**fields), _kernels_of(kernels[name]):
                     times[name].append(timing.graph_us(calls, target_ms=3.0, reps=10))
-        row = dict(shape=shape.label, forced=forced, rel_error=errors,
+        row = dict(shape=shape.label, forced=forced, other_kernel=args.other_kernel, rel_error=errors,
                    launches={name: dataclasses.asdict(plan.launch) for name, plan in plans.items()})
         for name in sides:
             us = statistics.median(times[name])

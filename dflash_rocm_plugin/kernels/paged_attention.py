@@ -161,7 +161,8 @@ def _dot_operand(x, like, SOFT_FP8: tl.constexpr):
 def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
             MASKED: tl.constexpr, USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
             SOFT_FP8: tl.constexpr):
-    """Q K^T of one key tile, scaled into the base-2 exponent domain."""
+    """Q K^T of one key tile: raw products (``_softmax_pv`` scales them inside the exponent's FMA),
+    or with a softcap already capped and scaled into the base-2 exponent domain."""
     LOG2E: tl.constexpr = 1.4426950408889634
     # K is read as [D, N] so the dot needs no transpose; each key's D values
     # are contiguous, so the load stays coalesced along dims.
@@ -174,32 +175,43 @@ def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softc
     s = tl.dot(q, _dot_operand(k, q, SOFT_FP8), input_precision=DOT_PRECISION)
     if USE_SOFTCAP:
         s = softcap * _tanh(s * (scale / softcap)) * LOG2E
-    else:
-        s = s * (scale * LOG2E)
     return s
 
 
 @triton.jit
-def _softmax_pv(acc, l_i, m_i, s, pv_like, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
+def _score_scale(scale, USE_SOFTCAP: tl.constexpr):
+    """What ``_scores``' result still needs to be multiplied by to be base-2 exponents."""
+    LOG2E: tl.constexpr = 1.4426950408889634
+    if USE_SOFTCAP:
+        return 1.0
+    return scale * LOG2E
+
+
+@triton.jit
+def _softmax_pv(acc, l_i, m_i, s, s_scale, pv_like, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
                 MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr, SOFT_FP8: tl.constexpr,
                 FP8_DOTS: tl.constexpr, PV_T: tl.constexpr, P_INT_ROUND: tl.constexpr):
-    """Online-softmax update of (acc, l, m) by one tile of scores and its V rows; without FP8_DOTS,
-    P and V dot in the dtype of ``pv_like`` (the queries before FP8_QK)."""
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+    """Online-softmax update of (acc, l, m) by one tile of scores and its V rows, the base-2
+    exponents being ``s * s_scale``; without FP8_DOTS, P and V dot in the dtype of ``pv_like``
+    (the queries before FP8_QK)."""
+    # The scale is positive, so the row max of the products is the scaled max of the row, and
+    # each exponent is one FMA: one multiply per score fewer where the loop is ALU-bound (CDNA's
+    # VALU; Hopper's compute-bound 128-row tiles).  Masked tiles come scaled (s_scale = 1).
+    m_new = tl.maximum(m_i, tl.max(s, 1) * s_scale)
     if MASKED:
         # A row that has seen no key yet keeps m = -inf; shift by 0 so that
         # exp2(-inf - -inf) never produces NaN.
         m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_new_safe = m_new
-    p = tl.math.exp2(s - m_new_safe[:, None])
+    p = tl.math.exp2(s * s_scale - m_new_safe[:, None])
     alpha = tl.math.exp2(m_i - m_new_safe)
+    l_i = l_i * alpha + tl.sum(p, 1)
     if P_INT_ROUND:
         # P rounded to bf16 by integer arithmetic, to nearest with ties away from zero: gfx94x has
-        # no f32 -> bf16 instruction and rounds to nearest-even in five per value, this in two, and
-        # the cast of the rounded value below is exact.  l sums the rounded values the dot takes.
-        p = ((p.to(tl.uint32, bitcast=True) + 0x8000) & 0xFFFF0000).to(tl.float32, bitcast=True)
-    l_i = l_i * alpha + tl.sum(p, 1)
+        # no f32 -> bf16 instruction and rounds to nearest-even in five per value, this in one add
+        # (half a bf16 step) before the truncating cast below, which keeps the upper half.
+        p = (p.to(tl.uint32, bitcast=True) + 0x8000).to(tl.float32, bitcast=True)
     if MASKED:
         v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :] * stride_vd,
                     mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
@@ -209,7 +221,11 @@ def _softmax_pv(acc, l_i, m_i, s, pv_like, v_cache_ptr, v_off, key_ok, dims, dim
     if FP8_DOTS:
         p_op, v_op = (p * P8_SCALE).to(v.dtype), v
     else:
-        p_op = p.to(pv_like.dtype, fp_downcast_rounding="rtz" if P_INT_ROUND else None)
+        if P_INT_ROUND:
+            # (P V dots in bf16 on the GPU; the interpreter's in fp32 take the rounded values too.)
+            p_op = p.to(tl.bfloat16, fp_downcast_rounding="rtz").to(pv_like.dtype)
+        else:
+            p_op = p.to(pv_like.dtype)
         v_op = _dot_operand(v, pv_like, SOFT_FP8)
     if PV_T:
         # acc holds O^T = V^T P^T: V is then the A operand, which Hopper's wgmma takes from
@@ -249,14 +265,17 @@ def _attend_tile(
                                PAGE_SIZE, MASKED, PAGE_IDS_ASM, OFFSETS_32)
     s = _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
                 MASKED, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8)
+    s_scale = _score_scale(scale, USE_SOFTCAP)
     if MASKED:
         visible = key_ok[None, :]
         if CAUSAL:
             visible = visible & (key[None, :] <= q_pos[:, None])
         if USE_WINDOW:
             visible = visible & ((q_pos[:, None] - key[None, :]) < window)
-        s = tl.where(visible, s, float("-inf"))
-    return _softmax_pv(acc, l_i, m_i, s, q_pv, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
+        # Scaled before -inf goes in: a zero scale (a zero k_scale) must not make 0 * -inf.
+        s = tl.where(visible, s * s_scale, float("-inf"))
+        s_scale = 1.0
+    return _softmax_pv(acc, l_i, m_i, s, s_scale, q_pv, v_cache_ptr, v_off, key_ok, dims, dim_ok, stride_vd,
                        MASKED, DOT_PRECISION, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
 
 
@@ -295,7 +314,8 @@ def _attend_full_tiles_overlapped(
         _, v_off = _kv_offsets(tile_base + t * BLOCK_N + cols, None, kv_end, bt_row, kv_head, stride_ks, stride_kh,
                                stride_kb, stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
-        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, q_pv, v_cache_ptr, v_off, None, dims, dim_ok, stride_vd,
+        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, _score_scale(scale, USE_SOFTCAP), q_pv, v_cache_ptr, v_off,
+                                    None, dims, dim_ok, stride_vd,
                                     False, DOT_PRECISION, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
         s = s_next
     return acc, l_i, m_i

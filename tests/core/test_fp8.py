@@ -110,6 +110,18 @@ def test_fp8_with_window_softcap_sinks_and_splits(fmt):
                                 sliding_window=50, softcap=8.0, sinks=sinks, num_kv_splits=splits)
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
+def test_a_zero_k_scale_weighs_every_visible_key_alike(causal):
+    """k_scale 0 makes every score 0: each row averages the V rows it may see, with no NaN from the
+    masked keys (0 x -inf) in the window's edge, the diagonal or a split's last tile."""
+    case = build([300, 77, 16], [16, 1, 16], num_q_heads=8, num_kv_heads=2, cache_dtype=torch.float8_e4m3fn)
+    for k_scale in (torch.tensor([0.0]), torch.tensor([0.0, 0.7])):
+        for splits in (1, 4):
+            out = check_against_reference(case, causal=causal, k_scale=k_scale, v_scale=scales("tensor", 2),
+                                          sliding_window=50, num_kv_splits=splits)
+            assert not torch.isnan(out[:int(case.query_start_loc[-1])]).any()
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("fmt", FORMATS, ids=FMT_IDS)
 def test_fp8_caches_with_half_precision_queries(dtype, fmt):

@@ -314,8 +314,11 @@ def _loop_bodies(asm: str) -> list[list[str]]:
 @pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
 def test_gfx942_key_loops_round_p_without_the_software_conversion(monkeypatch, causal):
     """gfx942 has no f32 -> bf16 instruction: Triton's round-to-nearest-even takes five per value
-    (a NaN test, v_cmp_o_f32, among them).  The key loops round P by an integer add and mask
-    instead (P_INT_ROUND)."""
+    (a NaN test, v_cmp_o_f32, among them).  The key loops round P by an integer add and a
+    truncating cast instead (P_INT_ROUND).  And gfx942's loop is bound by its VALU: in the unmasked
+    loop a score costs no multiply of its own (the scale rides in the exponent's FMA) and P no mask
+    (the cast truncates), so per lane only the accumulator's rescale multiplies (64 x 128 values
+    over 256 lanes, two per v_pk_mul_f32) and no v_and_b32 per P value (16 per lane)."""
     cfg = _launch(monkeypatch, "gfx942", 32, 8, 128, 32, 16384, 16)
     shape = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, causal=causal, num_tokens=512,
                  num_seqs=32, table_width=1024)
@@ -326,6 +329,10 @@ def test_gfx942_key_loops_round_p_without_the_software_conversion(monkeypatch, c
     assert len(loops) == 2, [len(b) for b in loops]  # the unmasked key loop and the masked one
     for body in loops:
         assert "v_cmp_o_f32_e32" not in body and "v_cmp_o_f32_e64" not in body and "v_bfe_u32" not in body
+    unmasked = min(loops, key=len)
+    multiplies = unmasked.count("v_pk_mul_f32") + unmasked.count("v_mul_f32_e32") + unmasked.count("v_mul_f32_e64")
+    assert multiplies <= 64 * 128 // 256 // 2 + 2, multiplies
+    assert unmasked.count("v_and_b32_e32") < 64 * 64 // 256, unmasked.count("v_and_b32_e32")
 
 
 def test_the_tuner_s_prefill_row_candidates_compile_for_every_gpu(monkeypatch):

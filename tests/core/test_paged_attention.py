@@ -316,11 +316,11 @@ def test_gemma4_global_layer_heads(causal, splits):
 @pytest.mark.parametrize("splits", [1, 3])
 def test_bf16_p_rounded_by_integer_arithmetic_stays_unbiased(monkeypatch, causal, splits):
     """gfx94x converts f32 to bf16 only in software, so P is rounded to bf16 there by an integer
-    add and mask, and l sums the rounded values (the kernel's P_INT_ROUND).  Under the interpreter
-    the dots run in fp32, so against the same run without it the only difference is P's rounding:
-    it must change the rows (it ran) by no more than bf16 rounding does, and leave their size alone
-    (cutting instead of rounding shrinks every row by ~2^-9, or grows them by ~5e-4 with l summing
-    the cut values)."""
+    add of half a bf16 step and a truncating cast (the kernel's P_INT_ROUND); l sums P unrounded,
+    as on every other GPU.  Under the interpreter the dots run in fp32, so against the same run
+    without it the only difference is P's rounding: it must change the rows (it ran) by no more
+    than bf16 rounding does, and leave their size alone (cutting instead of rounding shrinks every
+    row by ~2^-9; the add without the truncation grows them by ~3e-3)."""
     case = build([700, 300, 16], [16, 16, 16], num_q_heads=8, num_kv_heads=2, head_dim=64, dtype=torch.bfloat16)
     monkeypatch.setattr(_runtime, "gpu_arch", lambda index=None: "gfx942")
     from dflash_rocm_plugin.ops.backends import triton as triton_backend
