@@ -7,7 +7,8 @@ against this one, interleaved in one process.
     python benchmarks/launch_ab.py --workload gqa8 --other-kernel /tmp/other.py
 
 With ``--other-kernel`` both sides take the chosen launch (or the ``--force`` fields); the "forced"
-side runs the kernels of that file, which must take the same arguments as this tree's.
+side runs the kernels of that file, which must take the same arguments as this tree's (printed as
+"this" and "other"; the JSON keeps the keys "chosen" and "forced" for them).
 
 Separate bench invocations differ by 1-3 % from process to process, as much as many launch
 choices are worth.  Here each shape is built once and its plugin calls are timed with the chosen
@@ -118,7 +119,8 @@ def main(argv=None) -> int:
             row[name] = dict(us=us, rate=rate, rounds_us=times[name])
         row["forced / chosen"] = row["forced"]["rate"] / row["chosen"]["rate"]
         unit = "TFLOP/s" if shape.q_len > 16 else "TB/s"
-        print(f"{shape.label:<40} chosen {row['chosen']['rate']:8.2f}  forced {row['forced']['rate']:8.2f} {unit}"
+        a, b = ("this", "other") if args.other_kernel else ("chosen", "forced")
+        print(f"{shape.label:<40} {a} {row['chosen']['rate']:8.2f}  {b} {row['forced']['rate']:8.2f} {unit}"
               f"  ratio {row['forced / chosen']:.3f}  (spread {min(times['chosen']):.1f}-{max(times['chosen']):.1f}"
               f" / {min(times['forced']):.1f}-{max(times['forced']):.1f} us; err {errors['chosen']:.1e} /"
               f" {errors['forced']:.1e})", flush=True)
