@@ -23,9 +23,10 @@ PKG = "dflash_rocm_plugin"
 HOSTS = ("vllm", "sglang")
 LOWER = ("kernels", "ops", "hostfix", "switches")
 UPPER = ("vllm", "sglang", "demo", "bench", "tune", "doctor", "cli")
-# Profilers of the ops layer's own repeat path (each stage's host time): they time its submodules
-# by name, which no caller of the contract may do.
-OPS_STAGE_PROFILERS = ("benchmarks.host_breakdown",)
+# Profilers of the ops layer's own repeat path (each stage's host time), which time its submodules
+# by name, and the A/B of two kernel versions (launch_ab.py --other-kernel), which swaps the kernels
+# the ops layer launches: no caller of the contract may do either.
+OPS_STAGE_PROFILERS = ("benchmarks.host_breakdown", "benchmarks.launch_ab")
 
 
 def module_name(path: Path) -> str:
