@@ -227,10 +227,13 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     # 3 stages) 1 x 8K 410 vs 360, 1 x 32K 459 vs 376; 128 rows 4 x 4K 387 vs 364 (256: 370).
     # Decided by the mean query length, so the decodes of a mixed step are not put in tall tiles
     # by one long chunk beside them.
+    # On AMD, 128 rows from the same 8192 (``_amd_prefill_warps``).
     prefill_rows = 0
-    if arch.startswith("sm_") and head_dim_pad <= 128 and num_seqs > 0:
+    if arch.startswith(("sm_", "gfx")) and head_dim_pad <= 128 and num_seqs > 0:
         mean_rows = min(num_tokens // num_seqs, max_query_len or num_tokens) * group
-        prefill_rows = 256 if mean_rows >= 32768 else (128 if mean_rows >= 8192 else 0)
+        prefill_rows = 128 if mean_rows >= 8192 else 0
+        if arch.startswith("sm_") and mean_rows >= 32768:
+            prefill_rows = 256
         rows = max(rows, prefill_rows)
     block_q, block_m = _tile_rows(max(1, rows // group), group, max_query_len)
     if window is not None:
@@ -239,6 +242,8 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     wide_head_tile = bool(wide_head_rows) and block_m >= 32  # a decode's 16-row tile stays as it was
     if wide_head_tile:
         num_warps = 8
+    if prefill_rows and arch.startswith("gfx"):
+        num_warps = _amd_prefill_warps(arch)
     if (arch.startswith("sm_") and block_q == 1 and block_m <= 16 and head_dim_pad <= 128
             and (page_size is None or page_size >= 16)
             and smem >= _DEEP_STAGES_SMEM):
@@ -349,6 +354,22 @@ def _wide_head_rows(arch: str, head_dim_pad: int, smem: int) -> int:
     if arch.startswith("sm_") and smem >= _DEEP_STAGES_SMEM:
         return 64
     return 0
+
+
+def _amd_prefill_warps(arch: str) -> int:
+    """Warps of AMD's 128-row prefill tile (heads up to 128 wide, 64-key tiles), compiled offline
+    (Triton 3.9, bf16, Qwen3-8B heads, 1 x 8K, page 16; instructions of the unmasked key loop per
+    16 query rows of a wave, VALU and LDS operations among them; registers per lane):
+
+    * gfx950, 4 warps (32x32 MFMAs, 2 stages): 170 / 94 / 24 against the 64-row tile's 257 / 122 /
+      48, at 251 registers (two waves per SIMD, as the 64-row tile's 159) and 66 KB of LDS (two
+      blocks per CU).  The shape of AMD's own Triton flash-attention forward (128 x 64, 4 warps).
+    * gfx942, 8 warps (16x16 MFMAs, 1 stage): 301 / 137 / 46 against 336 / 162 / 48, at 198
+      registers (189); 4 warps there take 274 (one wave per SIMD; held to two, 9 spill).
+
+    Either way each K/V tile is fetched once for 128 rows instead of 64.  Unmeasured on the GPUs
+    (benchmarks/NOTES.md, "v13 -> v14"; ``ci/rocm_validate.sh`` times the tuner's prefill rows)."""
+    return 8 if arch.startswith("gfx94") else 4
 
 
 def _hopper_256_group_rows(arch: str, head_dim_pad: int, group: int, num_tokens: int, num_seqs: int,

@@ -180,8 +180,24 @@ def test_long_prefill_takes_taller_tiles_of_8_warps_on_hopper(device, batch, con
     cfg = _dflash(batch, context, q_len=q_len, group=group)
     assert (cfg.block_m, cfg.block_q * group, cfg.num_stages, cfg.num_splits) == (rows, rows, stages, 1)
     assert cfg.num_warps == (8 if rows >= 128 else 4)
-    device(arch="gfx942")
-    assert _dflash(batch, context, q_len=q_len, group=group).block_m == (128 if group >= 8 else 64)
+
+
+@pytest.mark.parametrize("arch,warps,mfma", [("gfx942", 8, 16), ("gfx950", 4, 0)])
+@pytest.mark.parametrize("batch,context,q_len,group,rows", [
+    (1, 8192, 8192, 4, 128), (1, 32768, 32768, 4, 128), (4, 4096, 4096, 4, 128), (4, 8192, 2048, 4, 128),
+    (1, 4096, 4096, 8, 128), (16, 1024, 1024, 4, 64)])
+def test_long_prefill_takes_128_row_tiles_on_amd(device, arch, warps, mfma, batch, context, q_len, group, rows):
+    """From 8192 query rows per KV head, as on Hopper, but 128 rows at most: gfx950 over 4 warps
+    (32x32 MFMAs, two waves per SIMD), gfx942 over 8 (16x16; 4 warps would take one wave per SIMD)."""
+    device(arch)
+    cfg = _dflash(batch, context, q_len=q_len, group=group)
+    assert (cfg.block_m, cfg.block_q * group, cfg.num_splits) == (rows, rows, 1)
+    if rows == 128 and group == 4:
+        assert (cfg.num_warps, cfg.mfma_nonkdim) == (warps, mfma)
+    else:
+        assert cfg.num_warps == (warps if q_len * group >= 8192 else 4)
+    # The DFlash block of the same heads keeps its tile.
+    assert _dflash(32, 16384, group=group).block_m == (128 if group >= 8 else 64)
 
 
 def test_a_mixed_step_keeps_its_decodes_out_of_tall_tiles(device):
@@ -190,6 +206,10 @@ def test_a_mixed_step_keeps_its_decodes_out_of_tall_tiles(device):
         num_tokens=8192 + 63, num_seqs=64, num_kv_heads=8, group=4, head_dim=128, kv_capacity=16384,
         max_query_len=8192, num_splits=None, device_index=0, page_size=16)
     assert one_chunk_and_decodes.block_m == 64
+    device(arch="gfx942")
+    assert launch_config.choose(
+        num_tokens=8192 + 63, num_seqs=64, num_kv_heads=8, group=4, head_dim=128, kv_capacity=16384,
+        max_query_len=8192, num_splits=None, device_index=0, page_size=16).block_m == 64
 
 
 @pytest.mark.parametrize("heads,batch,context,splits", [((16, 2, 512), 1, 32768, 32), ((16, 2, 512), 8, 4096, 4),
