@@ -73,9 +73,8 @@ def main(argv=None) -> int:
     if not args.force and not args.other_kernel:
         p.error("give --force FIELD=VALUE, --other-kernel FILE, or both")
     forced = parse_forced(args.force) if args.force else {}
-    kernels = {"chosen": _runtime.kernels()[0], "forced": _load_kernels(args.other_kernel) if args.other_kernel else None}
-    if kernels["forced"] is None:
-        kernels["forced"] = kernels["chosen"]
+    this = _runtime.kernels()[0]
+    kernels = {"chosen": this, "forced": _load_kernels(args.other_kernel) if args.other_kernel else this}
     workload = WORKLOADS[args.workload]
     shapes = workload.shapes((16,), kv=args.kv)
     if args.model:

@@ -139,6 +139,9 @@ def _kv_offsets(
     return k_off, v_off
 
 
+# Natural-log units to the base-2 exponents the softmax runs in.
+LOG2E = tl.constexpr(1.4426950408889634)
+
 # P (at most 1) times this as an fp8 dot operand: e4m3's subnormals then reach p = 2^-16, and both
 # formats (largest 448 and 240) hold it.  Undone once on the finished rows.
 P8_SCALE = tl.constexpr(128.0)
@@ -163,7 +166,6 @@ def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softc
             SOFT_FP8: tl.constexpr):
     """Q K^T of one key tile: raw products (``_softmax_pv`` scales them inside the exponent's FMA),
     or with a softcap already capped and scaled into the base-2 exponent domain."""
-    LOG2E: tl.constexpr = 1.4426950408889634
     # K is read as [D, N] so the dot needs no transpose; each key's D values
     # are contiguous, so the load stays coalesced along dims.
     if MASKED:
@@ -181,7 +183,6 @@ def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softc
 @triton.jit
 def _score_scale(scale, USE_SOFTCAP: tl.constexpr):
     """What ``_scores``' result still needs to be multiplied by to be base-2 exponents."""
-    LOG2E: tl.constexpr = 1.4426950408889634
     if USE_SOFTCAP:
         return 1.0
     return scale * LOG2E
@@ -304,6 +305,7 @@ def _attend_full_tiles_overlapped(
                            stride_vs, stride_vh, stride_vb, stride_btb, PAGE_SIZE, True, False, OFFSETS_32)
     s = _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
                 False, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8)
+    s_scale = _score_scale(scale, USE_SOFTCAP)
     for t in range(tile_lo, full_hi):
         key_next = tile_base + tl.minimum(t + 1, full_hi - 1) * BLOCK_N + cols
         k_off, _ = _kv_offsets(key_next, None, kv_end, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
@@ -314,9 +316,8 @@ def _attend_full_tiles_overlapped(
         _, v_off = _kv_offsets(tile_base + t * BLOCK_N + cols, None, kv_end, bt_row, kv_head, stride_ks, stride_kh,
                                stride_kb, stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
-        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, _score_scale(scale, USE_SOFTCAP), q_pv, v_cache_ptr, v_off,
-                                    None, dims, dim_ok, stride_vd,
-                                    False, DOT_PRECISION, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
+        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, s_scale, q_pv, v_cache_ptr, v_off, None, dims, dim_ok,
+                                    stride_vd, False, DOT_PRECISION, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
         s = s_next
     return acc, l_i, m_i
 
@@ -449,7 +450,6 @@ def paged_attention_kernel(
     if USE_SINKS:
         # The sink is one more logit, e^{sink}, with no value: it seeds split 0's running max and
         # sum so that the merge of the splits counts it exactly once.
-        LOG2E: tl.constexpr = 1.4426950408889634
         sink = tl.load(sinks_ptr + head, mask=row_ok, other=float("-inf")).to(tl.float32) * LOG2E
         m_i = tl.where(split == 0, sink, m_i)
         l_i = tl.where(split == 0, 1.0, l_i)
