@@ -106,3 +106,9 @@ def kernels():
         from dflash_rocm_plugin.kernels import kv_cache, paged_attention
         _kernels = paged_attention, kv_cache
     return _kernels
+
+
+def extend_kernel():
+    """The dense-K/V prefill kernel, imported at its first launch."""
+    from dflash_rocm_plugin.kernels import extend_attention
+    return extend_attention.extend_attention_kernel

@@ -26,6 +26,9 @@ class AttentionCall:
     sinks: torch.Tensor | None = None    # [num_q_heads] logits, or None
     k_scale: torch.Tensor | None = None  # float32 [1] or [num_kv_heads]; fp8 caches only
     v_scale: torch.Tensor | None = None
+    # Sequences of at least this many query tokens are served by the dense-K/V prefill kernel
+    # (ops/backends/triton_extend.py), not the paged one; 0: none.
+    extend_min_q: int = 0
 
     @property
     def num_tokens(self) -> int:

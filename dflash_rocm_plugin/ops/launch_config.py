@@ -448,3 +448,58 @@ def _with_block_q(launch: AttentionLaunch, block_q: int, group: int, max_query_l
     """``launch`` with tiles of ``block_q`` queries and their rows."""
     block_q, block_m = _tile_rows(block_q, group, max_query_len)
     return dataclasses.replace(launch, block_q=block_q, block_m=block_m)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtendLaunch:
+    """The dense-K/V prefill kernel's launch (kernels/extend_attention.py)."""
+    block_m: int        # query tokens of one head per program; sequences shorter than this stay paged
+    block_n: int
+    num_warps: int
+    num_stages: int
+    use_desc: bool      # Hopper and later: the block's K/V tiles by TMA copies
+
+
+_forced_extend: dict = {}
+
+
+@contextlib.contextmanager
+def forced_extend(**fields):
+    """Within the block, every dense-K/V prefill launch uses these ExtendLaunch fields (tuning sweeps)."""
+    unknown = set(fields) - {f.name for f in dataclasses.fields(ExtendLaunch)}
+    if unknown:
+        raise ValueError(f"unknown extend launch fields {sorted(unknown)}")
+    saved = dict(_forced_extend)
+    _forced_extend.update(fields)
+    try:
+        yield
+    finally:
+        _forced_extend.clear()
+        _forced_extend.update(saved)
+
+
+def choose_extend(*, max_query_len: int | None, device_index: int | None) -> ExtendLaunch | None:
+    """The dense-K/V prefill launch for a call whose host bounds its query rows per sequence by
+    ``max_query_len``, or None when no sequence can be long enough for it (decode, q16 blocks, and a
+    call without a bound).
+
+    H200, Qwen3-8B heads, causal prefill, TFLOP/s (the paged kernel's rules in the same process):
+    TMA tiles of 128 x 64, 4 warps, 2 stages 537 / 502 / 372 / 511 at 1 x 8K / 4 x 4K / 16 x 1K /
+    1 x 32K (paged 430 / 390 / 295 / 479); pointer loads, 128 x 128, 8 warps, 3 stages 508 / 461 /
+    302 / 508 (benchmarks/NOTES.md, "v14 -> v15").  AMD (no TMA): the 128-row tile of the paged
+    kernel's prefill (``_amd_prefill_warps``), 1 stage on gfx942 and 2 on gfx950; unmeasured.
+    """
+    arch = _runtime.gpu_arch(device_index)
+    if arch == "cpu":  # the interpreter: small tiles keep tests quick
+        cfg = ExtendLaunch(32, 16, 4, 1, False)
+    elif arch.startswith("gfx"):
+        cfg = ExtendLaunch(128, 64, _amd_prefill_warps(arch), 2 if arch.startswith("gfx95") else 1, False)
+    elif int(arch[3:]) >= 90:
+        cfg = ExtendLaunch(128, 64, 4, 2, True)
+    else:
+        cfg = ExtendLaunch(128, 128, 8, 3, False)
+    if _forced_extend:
+        cfg = dataclasses.replace(cfg, **_forced_extend)
+    if max_query_len is None or max_query_len < cfg.block_m:
+        return None
+    return cfg

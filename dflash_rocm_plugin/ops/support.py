@@ -218,3 +218,37 @@ def require(spec: AttentionSpec) -> None:
     reason = supports(spec)
     if reason is not None:
         raise Unsupported(f"rocm_dflash: {reason}")
+
+
+# Calls whose long causal query blocks read the block's own keys from the host's dense new K/V
+# (``paged_attention(new_keys=, new_values=)``, kernels/extend_attention.py) instead of the cache.
+# Everything else (and every sequence under the launch's query length) runs the paged kernel, whose
+# result these match: the new K/V are the rows the cache holds, so the cache must hold them as given.
+EXTEND_HEAD_DIMS = (32, 64, 128)
+
+
+def extend_problem(*, causal: bool, window: int, softcap: float, sinks: bool, dtype, kv_cache_dtype,
+                   head_dim: int) -> str | None:
+    """Why a call's long query blocks cannot read their own keys from the dense new K/V, or None."""
+    if not causal:
+        return "non-causal attention (a DFlash draft block is short)"
+    if window or softcap or sinks:
+        return "a sliding window, softcap or sinks"
+    if kv_cache_dtype != dtype:
+        return f"a {kv_cache_dtype} cache under {dtype} queries (the cache holds other values than the new rows)"
+    if head_dim not in EXTEND_HEAD_DIMS:
+        return f"head_dim {head_dim} (the dense path takes {', '.join(map(str, EXTEND_HEAD_DIMS))})"
+    return None
+
+
+def extend_layout_problem(q: torch.Tensor, out: torch.Tensor, new_keys: torch.Tensor, new_values: torch.Tensor,
+                          k_cache: torch.Tensor, v_cache: torch.Tensor) -> str | None:
+    """Strides the dense path reads with: unit-stride head dimensions, and each token's KV heads side by
+    side in ``new_keys`` / ``new_values`` (a row of ``num_kv_heads * head_dim`` elements)."""
+    for name, t in (("q", q), ("out", out), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.stride(-1) != 1:
+            return f"{name}'s head dimension is not unit-stride"
+    for name, t in (("new_keys", new_keys), ("new_values", new_values)):
+        if t.stride(2) != 1 or t.stride(1) != t.shape[2]:
+            return f"{name} does not hold each token's KV heads side by side"
+    return None

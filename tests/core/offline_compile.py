@@ -144,7 +144,7 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
         FP8_DOTS=fp8_code if pv_in_fp8 else 0, FP8_QK=fp8_code if qk_in_fp8 else 0,
         PV_T=cfg.pv_transposed,
         P_INT_ROUND=dtype == "bf16" and cache is None and _lacks_bf16_conversion(arch),
-        HEAVY_FIRST=cfg.heavy_first,
+        HEAVY_FIRST=cfg.heavy_first, EXTEND_MIN_Q=0,
     )
     out = [_compile(arch, _signature(native.paged_attention_kernel, values, constexprs),
                     cfg.num_warps, cfg.num_stages, cfg.mfma_nonkdim)]

@@ -82,7 +82,7 @@ class Launch:
             USE_V_SCALE=call.v_scale is not None,
             SOFT_FP8=soft, UPCAST_DOTS=upcast, FP16_DOTS=fp16_dots, FP8_DOTS=fp8_code,
             FP8_QK=fp8_qk, PV_T=cfg.pv_transposed, P_INT_ROUND=p_int_round,
-            HEAVY_FIRST=cfg.heavy_first,
+            HEAVY_FIRST=cfg.heavy_first, EXTEND_MIN_Q=call.extend_min_q,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if cfg.mfma_nonkdim and _runtime.is_rocm() and not _runtime.interpreting():

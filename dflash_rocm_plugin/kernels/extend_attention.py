@@ -1,0 +1,165 @@
+"""Causal attention of long query blocks (prefill, chunked prefill) whose own keys are at hand.
+
+A prefill step's new keys and values are also a dense ``[tokens, kv_heads, head_dim]`` tensor: the
+rows the host writes into the paged cache.  Reading a block's own keys from there instead of
+gathering them page by page leaves the hot loop two dots, the softmax and one load of fixed stride;
+on Hopper that load is one TMA copy per tile (USE_DESC: host-made tensor descriptors of ``new_k`` /
+``new_v``).  Keys before the block (a chunked prefill's prefix) still come from the paged cache.
+
+One program: BLOCK_M consecutive query tokens of one sequence and one query head.  Unlike the
+paged kernel it does not fold the GQA group into its rows: a tile of one head keeps the causal
+diagonal at BLOCK_M / BLOCK_N masked tiles, and the group's programs run side by side (heads are the
+grid's fast axis), so each K/V tile comes from HBM once and from L2 for the rest of the group.
+
+Which sequences it serves: those of at least MIN_QUERY query tokens (``paged_attention_kernel``
+skips the same ones under its ``EXTEND_MIN_Q``), so a mixed batch of decodes and prefill chunks runs
+each sequence in the kernel made for it, without the host reading query lengths.
+
+Key order per program: the prefix tiles (all visible; the last, partial one masked), the block's
+own keys left of the tile's first query (all visible), then the tiles on the diagonal (masked).
+Padding rows of ``new_k`` / ``new_v`` (past a sequence's tokens) may hold anything: their scores are
+masked and their values zeroed before they meet a visible row.
+"""
+
+import triton
+import triton.language as tl
+
+from dflash_rocm_plugin.kernels.paged_attention import _find_sequence
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _softmax_pv(acc, l_i, m_i, qk, v, scale, visible, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Base-2 online softmax; the scale rides in the exponent's FMA.  A valid row always sees a key
+    # in its first tile, so m never stays -inf for a row that is stored.
+    if MASKED:
+        qk = tl.where(visible, qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * scale)
+    p = tl.math.exp2(qk * scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _prefix_tile(acc, l_i, m_i, q, t, prefix, k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale,
+                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_btb,
+                 dims, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr,
+                 UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    keys = t * BLOCK_N + tl.arange(0, BLOCK_N)
+    key_ok = keys < prefix
+    if MASKED:
+        # Pages past the prefix may be unowned (any id, any contents): not read at all.
+        page = tl.load(bt_row + (keys // PAGE_SIZE) * stride_btb, mask=key_ok, other=0)
+    else:
+        page = tl.load(bt_row + (keys // PAGE_SIZE) * stride_btb)
+    slot = page.to(tl.int64)
+    k_off = slot * stride_kb + (keys % PAGE_SIZE) * stride_ks + kv_head * stride_kh
+    v_off = slot * stride_vb + (keys % PAGE_SIZE) * stride_vs + kv_head * stride_vh
+    if MASKED:
+        k = tl.load(k_cache_ptr + k_off[None, :] + dims[:, None], mask=key_ok[None, :], other=0.0)
+        v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :], mask=key_ok[:, None], other=0.0)
+    else:
+        k = tl.load(k_cache_ptr + k_off[None, :] + dims[:, None])
+        v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :])
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    qk = tl.dot(q, k, input_precision=DOT_PRECISION)
+    return _softmax_pv(acc, l_i, m_i, qk, v, scale, key_ok[None, :], MASKED, DOT_PRECISION)
+
+
+@triton.jit
+def _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt, stride_nvt, kv_col,
+                scale, dims, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, USE_DESC: tl.constexpr,
+                UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Keys n0 .. n0 + BLOCK_N - 1 of the block itself; key i of the block is query token i.
+    keys = n0 + tl.arange(0, BLOCK_N)
+    key_ok = keys < q_len
+    if USE_DESC:
+        k = new_k.load([q_start + n0, kv_col]).T
+        v = new_v.load([q_start + n0, kv_col])
+        if MASKED:
+            v = tl.where(key_ok[:, None], v, 0.0)  # the next sequence's rows, or padding
+    else:
+        rows = (q_start + keys).to(tl.int64)
+        k_ptrs = new_k + rows[None, :] * stride_nkt + kv_col + dims[:, None]
+        v_ptrs = new_v + rows[:, None] * stride_nvt + kv_col + dims[None, :]
+        if MASKED:
+            k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0)
+            v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    qk = tl.dot(q, k, input_precision=DOT_PRECISION)
+    return _softmax_pv(acc, l_i, m_i, qk, v, scale, keys[None, :] <= q_tok[:, None], MASKED, DOT_PRECISION)
+
+
+@triton.jit
+def extend_attention_kernel(
+    q_ptr, new_k, new_v, k_cache_ptr, v_cache_ptr, out_ptr,
+    block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
+    scale, num_seqs,
+    stride_qt, stride_qh, stride_nkt, stride_nvt,
+    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    stride_ot, stride_oh, stride_bts, stride_btb,
+    HEAD_DIM: tl.constexpr, GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, MIN_QUERY: tl.constexpr, USE_DESC: tl.constexpr, UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    head = tl.program_id(0)
+    # The last tiles of a causal sequence see the most keys; the GPU starts programs in grid
+    # order, so they start first and the short ones fill the last wave.
+    tile = tl.num_programs(1) - 1 - tl.program_id(1)
+    seq = _find_sequence(query_start_loc_ptr, tile, num_seqs, BLOCK_M)
+    q_start = tl.load(query_start_loc_ptr + seq)
+    q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
+    local_tile = tile - (q_start // BLOCK_M + seq)
+    if (local_tile * BLOCK_M >= q_len) | (q_len < MIN_QUERY):
+        return
+    prefix = tl.load(seq_lens_ptr + seq) - q_len
+    kv_head = head // GQA
+    kv_col = kv_head * HEAD_DIM
+
+    q_tok = local_tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = q_tok < q_len
+    dims = tl.arange(0, HEAD_DIM)
+    q_rows = (q_start + q_tok).to(tl.int64)
+    q = tl.load(q_ptr + q_rows[:, None] * stride_qt + head * stride_qh + dims[None, :],
+                mask=row_ok[:, None], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    scale = scale * LOG2E
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+
+    bt_row = block_table_ptr + seq.to(tl.int64) * stride_bts
+    full_prefix_tiles = prefix // BLOCK_N
+    for t in range(0, full_prefix_tiles):
+        acc, l_i, m_i = _prefix_tile(acc, l_i, m_i, q, t, prefix, k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale,
+                                     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_btb,
+                                     dims, BLOCK_N, PAGE_SIZE, False, UPCAST, DOT_PRECISION)
+    if full_prefix_tiles * BLOCK_N < prefix:
+        acc, l_i, m_i = _prefix_tile(acc, l_i, m_i, q, full_prefix_tiles, prefix, k_cache_ptr, v_cache_ptr, bt_row,
+                                     kv_head, scale, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs,
+                                     stride_vh, stride_btb, dims, BLOCK_N, PAGE_SIZE, True, UPCAST, DOT_PRECISION)
+
+    diag = local_tile * BLOCK_M
+    for n0 in range(0, diag, BLOCK_N):
+        acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt,
+                                    stride_nvt, kv_col, scale, dims, BLOCK_N, False, USE_DESC, UPCAST, DOT_PRECISION)
+    for n0 in range(diag, tl.minimum(diag + BLOCK_M, q_len), BLOCK_N):
+        acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt,
+                                    stride_nvt, kv_col, scale, dims, BLOCK_N, True, USE_DESC, UPCAST, DOT_PRECISION)
+
+    acc = acc / l_i[:, None]
+    o_ptrs = out_ptr + q_rows[:, None] * stride_ot + head * stride_oh + dims[None, :]
+    tl.store(o_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])

@@ -1,0 +1,203 @@
+"""paged_attention(new_keys=, new_values=): long causal query blocks read their own keys from the dense new
+K/V (kernels/extend_attention.py), the rest of the batch from the pages; equal to the float64 reference.
+
+Outputs are NaN-poisoned, unowned cache slots and the new K/V's padding rows hold NaN, and a guard test
+feeds new K/V that differ from the cache, so a path that is never taken (or reads the wrong rows) fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dflash_rocm_plugin import ops, reference
+from dflash_rocm_plugin.ops import launch_config
+from dflash_rocm_plugin.ops.backends import triton_extend
+from tests.core.cases import build, poisoned_like, tolerance
+
+# The interpreter's launch (launch_config.choose_extend): blocks of at least this many queries go dense.
+LONG = launch_config.choose_extend(max_query_len=1 << 20, device_index=None).block_m
+
+
+def new_kv(case, spare_rows=3):
+    """Each query token's K/V as the cache holds them, [num_tokens + spare_rows, Hkv, D]; padding and
+    spare rows NaN (a kernel that reads past a sequence's tokens fails)."""
+    _, block_size, hkv, d = case.k_cache.shape
+    rows = case.q.shape[0] + spare_rows
+    keys = torch.full((rows, hkv, d), float("nan"), dtype=case.q.dtype)
+    values = keys.clone()
+    qsl = case.query_start_loc.tolist()
+    for s, seq_len in enumerate(case.seq_lens.tolist()):
+        n = qsl[s + 1] - qsl[s]
+        pos = torch.arange(seq_len - n, seq_len)
+        pages = case.block_table[s, pos // block_size].long()
+        keys[qsl[s]:qsl[s + 1]] = case.k_cache[pages, pos % block_size]
+        values[qsl[s]:qsl[s + 1]] = case.v_cache[pages, pos % block_size]
+    return keys, values
+
+
+def run(case, keys=None, values=None, **kw):
+    keys, values = (keys, values) if keys is not None else new_kv(case)
+    out = poisoned_like(case.q)
+    max_q = int((case.query_start_loc[1:] - case.query_start_loc[:-1]).max())
+    ops.paged_attention(*case.args(), causal=kw.pop("causal", True), out=out, max_query_len=max_q,
+                        new_keys=keys, new_values=values, **kw)
+    return out
+
+
+def check(case, *, causal=True, **kw):
+    out = run(case, causal=causal, **kw)
+    ref_kw = {k: v for k, v in kw.items() if k in ("scale", "sliding_window", "softcap", "sinks")}
+    want = reference.paged_attention(*case.args(), causal=causal, **ref_kw)
+    valid = int(case.query_start_loc[-1])
+    err = (out[:valid].double() - want[:valid]).abs().max().item()
+    assert err <= tolerance(case.q.dtype), f"max abs error {err:.3e}"
+    assert torch.isnan(out[valid:]).all(), "padding rows past query_start_loc[-1] were written"
+    return out
+
+
+@pytest.fixture
+def extend_launches(monkeypatch):
+    """Counts the dense kernel's launches."""
+    calls = []
+    real = triton_extend.launch
+
+    def counting(*args, **kw):
+        calls.append(args[-1])
+        return real(*args, **kw)
+    monkeypatch.setattr(triton_extend, "launch", counting)
+    return calls
+
+
+# --- named cases ---------------------------------------------------------------------------------
+
+def test_prefill_without_prefix(extend_launches):
+    check(build([37], [37], num_q_heads=4, num_kv_heads=2, head_dim=32))
+    assert extend_launches, "the dense path did not run"
+
+
+@pytest.mark.parametrize("seq_lens", [[LONG], [2 * LONG], [LONG + 1], [2 * LONG - 1, LONG, 3 * LONG + 5]],
+                         ids=["one-tile", "two-tiles", "tile-plus-one", "mixed-lengths"])
+def test_prefill_lengths_at_tile_edges(seq_lens):
+    check(build(seq_lens, seq_lens))
+
+
+@pytest.mark.parametrize("prefix", [1, 15, 16, 17, 40, 64])
+def test_chunk_over_a_prefix(prefix):
+    # The prefix comes from the pages (its last tile partial unless a multiple of the key tile).
+    check(build([prefix + 45, prefix + LONG], [45, LONG], block_size=16))
+
+
+def test_mixed_batch_of_decodes_blocks_and_prefill_chunks(extend_launches):
+    # Short sequences stay on the paged kernel, long ones go dense: every row is written once.
+    check(build([1, 40, 90, 33, 70, 16], [1, 16, 60, 33, 1, 16], num_q_heads=8, num_kv_heads=2))
+    assert extend_launches
+
+
+def test_padding_rows_stay_untouched():
+    check(build([50, 20], [50, 20], padding_rows=5))
+
+
+@pytest.mark.parametrize("group", [1, 2, 4, 8])
+def test_gqa_groups(group):
+    check(build([70, 40], [70, 35], num_q_heads=2 * group, num_kv_heads=2))
+
+
+@pytest.mark.parametrize("head_dim", [32, 64, 128])
+def test_head_dims(head_dim):
+    check(build([45], [45], num_q_heads=2, num_kv_heads=1, head_dim=head_dim))
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 16, 64])
+def test_page_sizes(block_size):
+    check(build([100, 47], [40, 47], block_size=block_size))
+
+
+@pytest.mark.parametrize("layout", ["kv_interleaved", "heads_major"])
+def test_strided_cache_views(layout):
+    check(build([80, 50], [50, 50], layout=layout))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision(dtype):
+    check(build([70, 40], [70, 40], dtype=dtype))
+
+
+def test_tma_descriptor_tiles():
+    # The Hopper path: the block's tiles by tensor descriptors (the interpreter runs them too).
+    with launch_config.forced_extend(use_desc=True):
+        check(build([1, 70, 45, 33], [1, 60, 45, 33], num_q_heads=4, num_kv_heads=2))
+
+
+def test_scale_is_applied():
+    check(build([50], [50]), scale=0.3)
+
+
+def test_new_keys_are_what_the_dense_path_reads():
+    # Guards the tests above: new K/V that differ from the cache change the long blocks' rows only.
+    case = build([50, 20], [50, 20])
+    keys, values = new_kv(case)
+    honest = run(case, keys, values)
+    skewed = run(case, keys, values * 2.0)
+    assert (skewed[:50] - 2.0 * honest[:50]).abs().max() < 1e-4
+    assert torch.equal(skewed[50:70], honest[50:70])
+
+
+# --- calls that stay on the paged kernel ---------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [dict(causal=False), dict(sliding_window=24), dict(softcap=20.0)],
+                         ids=["noncausal", "window", "softcap"])
+def test_features_the_dense_path_leaves_to_pages(kw, extend_launches):
+    check(build([60, 45], [60, 45]), **kw)
+    assert not extend_launches
+
+
+def test_short_blocks_stay_paged(extend_launches):
+    check(build([40, 33], [16, 16]))
+    assert not extend_launches
+
+
+def test_fp8_cache_stays_paged(extend_launches):
+    case = build([60], [60], cache_dtype=torch.float8_e4m3fn)
+    keys = torch.zeros(60, 2, 32)
+    out = ops.paged_attention(*case.args(), causal=True, max_query_len=60, new_keys=keys, new_values=keys)
+    assert not extend_launches and torch.isfinite(out).all()
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda k: k[:, :1], "new_keys has shape"),
+    (lambda k: k[:10], "new_keys has shape"),
+    (lambda k: k.to(torch.float16), "new_keys"),
+    (lambda k: k[None], "new_keys"),
+])
+def test_malformed_new_keys_are_refused_before_launch(bad, match, extend_launches):
+    case = build([40], [40])
+    keys, values = new_kv(case)
+    with pytest.raises(ValueError, match=match):
+        ops.paged_attention(*case.args(), causal=True, max_query_len=40, new_keys=bad(keys), new_values=values)
+    assert not extend_launches
+
+
+def test_one_of_the_pair_alone_is_refused():
+    case = build([40], [40])
+    keys, _ = new_kv(case)
+    with pytest.raises(ValueError, match="new_keys and new_values"):
+        ops.paged_attention(*case.args(), causal=True, max_query_len=40, new_keys=keys)
+
+
+# --- random shapes -------------------------------------------------------------------------------
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_batches(data):
+    n = data.draw(st.integers(1, 4))
+    q_lens = data.draw(st.lists(st.integers(1, 2 * LONG + 7), min_size=n, max_size=n))
+    prefixes = data.draw(st.lists(st.integers(0, 40), min_size=n, max_size=n))
+    group = data.draw(st.sampled_from([1, 2, 4]))
+    block_size = data.draw(st.sampled_from([1, 16, 32]))
+    check(build([q + p for q, p in zip(q_lens, prefixes)], q_lens, num_q_heads=2 * group, num_kv_heads=2,
+                block_size=block_size, seed=data.draw(st.integers(0, 99))))
