@@ -11,6 +11,7 @@ output is first checked against a float32 device reference; a peer that disagree
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import gc
 import platform
@@ -57,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=float, default=None,
                    help="largest relative error against the reference that is still timed (default: "
                         "2e-2, and 6e-2 for a launch with fp8 tensor-core dots, e.g. under DFLASH_ROCM_FP8_QK)")
+    p.add_argument("--paged-only", action="store_true",
+                   help="prefill and chunked prefill without their own K/V (new_keys / new_values): every "
+                        "row reads the pages, as a host that does not pass them")
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -201,7 +205,8 @@ def run(args, device) -> int:
                 "causal": shape.causal, "batch": shape.batch, "context": shape.context,
                 "page": shape.page, "q_len": shape.q_len, "heads": [hq, hkv, d],
                 "workload": shape.workload, "kv_bytes": shape.kv_bytes(), "flop": shape.flop()}
-        case = inputs.build(shape, device, dtype=getattr(torch, args.dtype), pool_context=pool_context)
+        case = inputs.build(shape, device, dtype=getattr(torch, args.dtype), pool_context=pool_context,
+                            new_kv=not args.paged_only)
         ref = inputs.reference(case, 0)
         _progress(done, jobs, f"{shape.label} plugin", show_progress)
         outs = [torch.full_like(case.q, float("nan")) for _ in case.block_tables]
@@ -209,7 +214,7 @@ def run(args, device) -> int:
             num_tokens=case.q.shape[0], num_seqs=shape.batch, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
             page_size=shape.page, kv_capacity=case.block_tables[0].shape[1] * shape.page, causal=shape.causal,
             dtype=case.q.dtype, max_query_len=shape.q_len, sliding_window=shape.window, sinks=shape.sinks,
-            kv_cache_dtype=case.k_cache.dtype, device=device)
+            kv_cache_dtype=case.k_cache.dtype, device=device, new_kv=case.new_kv is not None)
         # Owned by the caller, as a host owns it: graph capture below never allocates.
         ws = torch.empty(plan.workspace_floats, dtype=torch.float32, device=device) if plan.workspace_floats else None
 
@@ -218,6 +223,8 @@ def run(args, device) -> int:
         row = dict(base, impl="plugin", copies=case.copies, rel_err=inputs.rel_error(outs[0], ref))
         row["launch"] = ({"backend": plan.backend, **{k: getattr(plan.launch, k) for k in plan.launch.__dataclass_fields__}}
                          if plan.launch is not None else {"backend": plan.backend, "reason": plan.reason})
+        if plan.dense_launch is not None:
+            row["launch"]["dense"] = dataclasses.asdict(plan.dense_launch)
         allowed = args.tolerance if args.tolerance is not None else inputs.tolerance(plan.launch)
         if row["rel_err"] > allowed:
             row["status"] = "WRONG (not timed)"

@@ -30,6 +30,9 @@ class Case:
     sinks: torch.Tensor | None = None     # float32 [Hq]
     k_scale: torch.Tensor | None = None   # float32 [1] for fp8 caches
     v_scale: torch.Tensor | None = None
+    # Per copy, the query tokens' own K/V rows ([B * q_len, Hkv, D] each), as a host passes them with a
+    # prefill (ops.paged_attention(new_keys=, new_values=)); None: every row reads the pages.
+    new_kv: list | None = None
 
     def features(self) -> dict:
         """The keyword arguments of ``ops.paged_attention`` beyond the tensors, for this case."""
@@ -46,17 +49,24 @@ class Case:
         s = self.shape
 
         def call(i):
+            own = dict(new_keys=self.new_kv[i][0], new_values=self.new_kv[i][1]) if self.new_kv else {}
             return lambda: ops.paged_attention(
                 self.q, self.k_cache, self.v_cache, self.block_tables[i], self.seq_lens, self.query_start_loc,
-                causal=s.causal, out=outs[i], max_query_len=s.q_len, **kwargs, **self.features())
+                causal=s.causal, out=outs[i], max_query_len=s.q_len, **kwargs, **self.features(), **own)
         return [call(i) for i in range(self.copies)]
 
 
+# Query blocks from which a case carries its tokens' own K/V (prefill and chunked prefill, not q16 blocks).
+NEW_KV_MIN_QUERY = 128
+
+
 def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0, shuffle: bool = True,
-          pool_context: int | None = None) -> Case:
+          pool_context: int | None = None, new_kv: bool = True) -> Case:
     """``pool_context``: allocate (and shuffle) pages for that many keys per sequence while each
     table uses only its first ``context``, so a short context reads its keys from as large a pool
-    as a long one (a sliding window's keys lie scattered over the whole context's pages)."""
+    as a long one (a sliding window's keys lie scattered over the whole context's pages).
+    ``new_kv``: blocks of at least NEW_KV_MIN_QUERY queries carry their own K/V rows, as a host's
+    prefill passes them."""
     hq, hkv, d = shape.heads
     b, ctx, page, ql = shape.batch, shape.context, shape.page, shape.q_len
     assert ctx % page == 0 and ctx >= ql
@@ -86,7 +96,19 @@ def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0, shuffle: bo
         case.v_scale = torch.tensor([1.25], device=device)
     if shape.sinks:
         case.sinks = torch.randn(hq, device=device, generator=gen) + 1.0
+    if new_kv and ql >= NEW_KV_MIN_QUERY and shape.kv == "bf16":
+        case.new_kv = [_own_rows(case, table) for table in tables]
     return case
+
+
+def _own_rows(case: Case, table: torch.Tensor):
+    """The cache's K and V rows of each sequence's last q_len positions, [B * q_len, Hkv, D] each."""
+    s = case.shape
+    pos = torch.arange(s.context - s.q_len, s.context, device=table.device)
+    pages = table.long()[:, pos // s.page]                # [B, q_len]
+    _, _, hkv, d = case.k_cache.shape
+    return (case.k_cache[pages, pos % s.page].reshape(-1, hkv, d),
+            case.v_cache[pages, pos % s.page].reshape(-1, hkv, d))
 
 
 def as_page1(case: Case) -> Case:
@@ -99,7 +121,8 @@ def as_page1(case: Case) -> Case:
               for t in case.block_tables]
     shape = dataclasses.replace(s, page=1)
     return Case(shape, case.q, case.k_cache.view(-1, 1, hkv, d), case.v_cache.view(-1, 1, hkv, d), tables,
-                case.seq_lens, case.query_start_loc, case.scale, case.sinks, case.k_scale, case.v_scale)
+                case.seq_lens, case.query_start_loc, case.scale, case.sinks, case.k_scale, case.v_scale,
+                case.new_kv)
 
 
 def dense_kv(case: Case, copy: int = 0):

@@ -1,23 +1,24 @@
-"""Causal attention of long query blocks (prefill, chunked prefill) whose own keys are at hand.
+"""Causal prefill of whole prompts whose keys are at hand in the step's dense K/V.
 
 A prefill step's new keys and values are also a dense ``[tokens, kv_heads, head_dim]`` tensor: the
-rows the host writes into the paged cache.  Reading a block's own keys from there instead of
-gathering them page by page leaves the hot loop two dots, the softmax and one load of fixed stride;
-on Hopper that load is one TMA copy per tile (USE_DESC: host-made tensor descriptors of ``new_k`` /
-``new_v``).  Keys before the block (a chunked prefill's prefix) still come from the paged cache.
+rows the host writes into the paged cache.  A prompt with nothing cached before it has all its keys
+there, so reading them instead of gathering them page by page leaves the hot loop two dots, the
+softmax and one load of fixed stride; on Hopper that load is one TMA copy per tile (USE_DESC:
+host-made tensor descriptors of ``new_k`` / ``new_v``).
 
 One program: BLOCK_M consecutive query tokens of one sequence and one query head.  Unlike the
 paged kernel it does not fold the GQA group into its rows: a tile of one head keeps the causal
 diagonal at BLOCK_M / BLOCK_N masked tiles, and the group's programs run side by side (heads are the
 grid's fast axis), so each K/V tile comes from HBM once and from L2 for the rest of the group.
 
-Which sequences it serves: those of at least MIN_QUERY query tokens (``paged_attention_kernel``
-skips the same ones under its ``EXTEND_MIN_Q``), so a mixed batch of decodes and prefill chunks runs
-each sequence in the kernel made for it, without the host reading query lengths.
+Which sequences it serves: those of at least MIN_QUERY query tokens and no keys before them
+(``paged_attention_kernel`` skips the same ones under its ``EXTEND_MIN_Q``), so a mixed batch of
+decodes, chunks over a prefix and whole prompts runs each sequence in one kernel, without the host
+reading lengths.  (A chunk over a prefix stays paged: gathering its prefix here, one program per
+query head, ran chunked prefill at 0.6-0.7x the paged kernel's rate on the H200.)
 
-Key order per program: the prefix tiles (all visible; the last, partial one masked), the block's
-own keys left of the tile's first query (all visible), then the tiles on the diagonal (masked).
-Padding rows of ``new_k`` / ``new_v`` (past a sequence's tokens) may hold anything: their scores are
+Key order per program: the keys left of the tile's first query (all visible), then the tiles on the
+diagonal (masked).  Padding rows of ``new_k`` / ``new_v`` (past a sequence's tokens) may hold anything: their scores are
 masked and their values zeroed before they meet a visible row.
 """
 
@@ -26,7 +27,7 @@ import triton.language as tl
 
 from dflash_rocm_plugin.kernels.paged_attention import _find_sequence
 
-LOG2E = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
@@ -42,34 +43,6 @@ def _softmax_pv(acc, l_i, m_i, qk, v, scale, visible, MASKED: tl.constexpr, DOT_
     acc = acc * alpha[:, None]
     acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
     return acc, l_i, m_new
-
-
-@triton.jit
-def _prefix_tile(acc, l_i, m_i, q, t, prefix, k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale,
-                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_btb,
-                 dims, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr,
-                 UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    keys = t * BLOCK_N + tl.arange(0, BLOCK_N)
-    key_ok = keys < prefix
-    if MASKED:
-        # Pages past the prefix may be unowned (any id, any contents): not read at all.
-        page = tl.load(bt_row + (keys // PAGE_SIZE) * stride_btb, mask=key_ok, other=0)
-    else:
-        page = tl.load(bt_row + (keys // PAGE_SIZE) * stride_btb)
-    slot = page.to(tl.int64)
-    k_off = slot * stride_kb + (keys % PAGE_SIZE) * stride_ks + kv_head * stride_kh
-    v_off = slot * stride_vb + (keys % PAGE_SIZE) * stride_vs + kv_head * stride_vh
-    if MASKED:
-        k = tl.load(k_cache_ptr + k_off[None, :] + dims[:, None], mask=key_ok[None, :], other=0.0)
-        v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :], mask=key_ok[:, None], other=0.0)
-    else:
-        k = tl.load(k_cache_ptr + k_off[None, :] + dims[:, None])
-        v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :])
-    if UPCAST:
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
-    qk = tl.dot(q, k, input_precision=DOT_PRECISION)
-    return _softmax_pv(acc, l_i, m_i, qk, v, scale, key_ok[None, :], MASKED, DOT_PRECISION)
 
 
 @triton.jit
@@ -103,15 +76,11 @@ def _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, strid
 
 @triton.jit
 def extend_attention_kernel(
-    q_ptr, new_k, new_v, k_cache_ptr, v_cache_ptr, out_ptr,
-    block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
+    q_ptr, new_k, new_v, out_ptr, seq_lens_ptr, query_start_loc_ptr,
     scale, num_seqs,
-    stride_qt, stride_qh, stride_nkt, stride_nvt,
-    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-    stride_ot, stride_oh, stride_bts, stride_btb,
+    stride_qt, stride_qh, stride_nkt, stride_nvt, stride_ot, stride_oh,
     HEAD_DIM: tl.constexpr, GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PAGE_SIZE: tl.constexpr, MIN_QUERY: tl.constexpr, USE_DESC: tl.constexpr, UPCAST: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    MIN_QUERY: tl.constexpr, USE_DESC: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     head = tl.program_id(0)
     # The last tiles of a causal sequence see the most keys; the GPU starts programs in grid
@@ -123,7 +92,8 @@ def extend_attention_kernel(
     local_tile = tile - (q_start // BLOCK_M + seq)
     if (local_tile * BLOCK_M >= q_len) | (q_len < MIN_QUERY):
         return
-    prefix = tl.load(seq_lens_ptr + seq) - q_len
+    if tl.load(seq_lens_ptr + seq) != q_len:
+        return  # keys before the block: the paged kernel serves it
     kv_head = head // GQA
     kv_col = kv_head * HEAD_DIM
 
@@ -140,17 +110,6 @@ def extend_attention_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-
-    bt_row = block_table_ptr + seq.to(tl.int64) * stride_bts
-    full_prefix_tiles = prefix // BLOCK_N
-    for t in range(0, full_prefix_tiles):
-        acc, l_i, m_i = _prefix_tile(acc, l_i, m_i, q, t, prefix, k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale,
-                                     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_btb,
-                                     dims, BLOCK_N, PAGE_SIZE, False, UPCAST, DOT_PRECISION)
-    if full_prefix_tiles * BLOCK_N < prefix:
-        acc, l_i, m_i = _prefix_tile(acc, l_i, m_i, q, full_prefix_tiles, prefix, k_cache_ptr, v_cache_ptr, bt_row,
-                                     kv_head, scale, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs,
-                                     stride_vh, stride_btb, dims, BLOCK_N, PAGE_SIZE, True, UPCAST, DOT_PRECISION)
 
     diag = local_tile * BLOCK_M
     for n0 in range(0, diag, BLOCK_N):

@@ -38,8 +38,8 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
   * P_INT_ROUND: bf16 P is rounded by integer arithmetic where the GPU has no f32 -> bf16
     conversion (gfx94x; see ``_softmax_pv``).
   * HEAVY_FIRST (launch field ``heavy_first``): query tiles in reverse grid order.
-  * EXTEND_MIN_Q: sequences of at least that many query tokens are left to
-    ``extend_attention_kernel``, which reads their own keys from the host's dense new K/V.
+  * EXTEND_MIN_Q: prompts of at least that many tokens with nothing cached before them are left
+    to ``extend_attention_kernel``, which reads their keys from the host's dense new K/V.
 
 The key loop runs in two phases (as in Triton's fused-attention tutorial): the
 tiles every row of the program may fully see run without any mask; the few
@@ -363,10 +363,10 @@ def paged_attention_kernel(
     local_tile = tile - (q_start // BLOCK_Q + seq)
     if local_tile * BLOCK_Q >= q_len:
         return
-    if EXTEND_MIN_Q:
-        if q_len >= EXTEND_MIN_Q:
-            return  # kernels/extend_attention.py serves it from the dense new K/V
     seq_len = tl.load(seq_lens_ptr + seq)
+    if EXTEND_MIN_Q:
+        if (q_len >= EXTEND_MIN_Q) & (seq_len == q_len):
+            return  # a whole prompt: kernels/extend_attention.py serves it from the dense new K/V
     first_pos = seq_len - q_len
 
     # Row r of the tile is query token r // GQA of this tile, query head

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dflash_rocm_plugin.ops import _runtime, _validate, backends, call_cache, launch_config, support
-from dflash_rocm_plugin.ops.backends import triton_extend
+from dflash_rocm_plugin.ops import _runtime, _validate, backends, call_cache, launch_config, plan, support
 from dflash_rocm_plugin.ops.call import AttentionCall
 
 
@@ -68,26 +67,26 @@ def paged_attention(
         num_kv_splits: force the split-KV count (tuning; ``None`` chooses from the shapes).
         new_keys, new_values: optional ``[>= num_tokens, num_kv_heads, head_dim]`` in q's dtype: the
             K/V rows of this call's query tokens, row ``t`` for ``q[t]``, exactly as the cache holds
-            them (the rows the host wrote this step).  Given both, a causal call's long query blocks
-            (a prefill or a prefill chunk) read their own keys from them instead of gathering them
-            from the pages, which is faster; the result is the same (``support.extend_problem`` says
-            which calls qualify, ``launch_config.choose_extend`` from which query length).
+            them (the rows the host wrote this step).  Given both, the whole prompts of a causal call
+            (sequences with nothing cached before this step's tokens) read their keys from them
+            instead of gathering them from the pages, which is faster; the result is the same
+            (``support.extend_problem`` says which calls qualify, ``launch_config.choose_extend``
+            from which prompt length).
 
     Returns:
         ``out``: ``[num_tokens, num_q_heads, head_dim]`` in ``q.dtype``.
     """
     # A call of a key seen before passed every check below and reuses its launch (ops/call_cache.py).
-    dense_kv = new_keys is not None or new_values is not None
-    key = None if dense_kv else call_cache.key(
-        q, k_cache, v_cache, block_table, seq_lens, query_start_loc, sinks, k_scale, v_scale, out, workspace,
-        causal, scale, sliding_window, softcap, max_query_len, num_kv_splits, backend)
-    prepared = call_cache.get(key) if key is not None else None
+    key = call_cache.key(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, sinks, k_scale, v_scale, out,
+                         workspace, causal, scale, sliding_window, softcap, max_query_len, num_kv_splits, backend,
+                         new_keys, new_values)
+    prepared = call_cache.get(key)
     if prepared is not None:
         _runtime.require_launchable(q.device)  # reads TRITON_INTERPRET for CPU tensors
         if out is None:
             out = torch.empty_like(q)
         backends.run_prepared(prepared, backend, q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
-                              out, workspace, sinks, k_scale, v_scale)
+                              out, workspace, sinks, k_scale, v_scale, new_keys, new_values)
         return out
     _validate.tensor("q", q, ndim=3, dtypes=_validate.ATTENTION_DTYPES)
     device = q.device
@@ -150,7 +149,7 @@ def paged_attention(
             raise ValueError("workspace must be a contiguous float32 tensor")
     chosen = backends.policy(backend, backends.ATTENTION_ENV, backends.ATTENTION_CHOICES)  # a bad name fails now
     extend = None
-    if dense_kv:
+    if new_keys is not None or new_values is not None:
         if new_keys is None or new_values is None:
             raise ValueError("new_keys and new_values go together: pass both or neither")
         for name, t in (("new_keys", new_keys), ("new_values", new_values)):
@@ -158,26 +157,22 @@ def paged_attention(
             if t.shape[0] < num_tokens or tuple(t.shape[1:]) != (num_kv_heads, head_dim):
                 raise ValueError(f"{name} has shape {tuple(t.shape)}; expected [>= num_tokens = {num_tokens}, "
                                  f"num_kv_heads = {num_kv_heads}, head_dim = {head_dim}]")
-        if chosen != "aiter" and num_kv_splits is None and support.extend_problem(
+        if support.extend_layout_problem(q, out, new_keys, new_values, k_cache, v_cache) is None:
+            extend = plan.dense_kv_launch(
                 causal=causal, window=window, softcap=cap, sinks=sinks is not None, dtype=q.dtype,
-                kv_cache_dtype=k_cache.dtype, head_dim=head_dim) is None and support.extend_layout_problem(
-                q, out, new_keys, new_values, k_cache, v_cache) is None:
-            extend = launch_config.choose_extend(max_query_len=max_query_len, device_index=device.index)
+                kv_cache_dtype=k_cache.dtype, head_dim=head_dim, max_query_len=max_query_len,
+                num_kv_splits=num_kv_splits, backend=chosen, device_index=device.index)
     if num_tokens == 0 or num_seqs == 0:
         return out
     call = AttentionCall(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, out, causal=causal,
                          scale=scale, window=window, softcap=cap, max_query_len=max_query_len,
                          num_kv_splits=num_kv_splits, workspace=workspace, sinks=sinks,
                          k_scale=k_scale, v_scale=v_scale, extend_min_q=extend.block_m if extend else 0)
-    if extend is not None:
-        backends.run_attention(call, "triton")
-        triton_extend.launch(call, new_keys, new_values, extend)
-        return out
-    if key is None:
+    if key is None and extend is None:
         backends.run_attention(call, backend)
         return out
-    prepared = backends.Prepared(call)
+    prepared = backends.Prepared(call, dense=extend)
     backends.run_prepared(prepared, backend, q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
-                          out, workspace, sinks, k_scale, v_scale)
+                          out, workspace, sinks, k_scale, v_scale, new_keys, new_values)
     call_cache.put(key, prepared)  # after a launch that did not raise
     return out

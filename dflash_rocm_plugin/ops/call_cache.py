@@ -54,7 +54,8 @@ def _scalar(v):
 
 
 def key(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, sinks, k_scale, v_scale, out, workspace,
-        causal, scale, sliding_window, softcap, max_query_len, num_kv_splits, backend):
+        causal, scale, sliding_window, softcap, max_query_len, num_kv_splits, backend, new_keys=None,
+        new_values=None):
     """The call's key, or None when one of its arguments is not of a keyed kind (checked in full)."""
     T = _Tensor
     if (type(q) is not T or type(k_cache) is not T or type(v_cache) is not T or type(block_table) is not T
@@ -74,8 +75,8 @@ def key(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, sinks, k_sc
             query_start_loc.shape, query_start_loc.stride(), query_start_loc.dtype, query_start_loc.device,
             _meta(sinks), _meta(k_scale), _meta(v_scale), _meta(out), _meta(workspace),
             causal, _scalar(scale), _scalar(sliding_window), _scalar(softcap), _scalar(max_query_len),
-            _scalar(num_kv_splits), _scalar(backend),
-            arch, id(table), launch_config.forced_fields(),
+            _scalar(num_kv_splits), _scalar(backend), _meta(new_keys), _meta(new_values),
+            launch_config.forced_extend_fields(), arch, id(table), launch_config.forced_fields(),
         )
     except KeyError:
         return None

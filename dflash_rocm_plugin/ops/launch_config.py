@@ -478,6 +478,11 @@ def forced_extend(**fields):
         _forced_extend.update(saved)
 
 
+def forced_extend_fields() -> tuple:
+    """The fields ``forced_extend`` sets now, as a key."""
+    return tuple(_forced_extend.items()) if _forced_extend else ()
+
+
 def choose_extend(*, max_query_len: int | None, device_index: int | None) -> ExtendLaunch | None:
     """The dense-K/V prefill launch for a call whose host bounds its query rows per sequence by
     ``max_query_len``, or None when no sequence can be long enough for it (decode, q16 blocks, and a

@@ -23,6 +23,22 @@ class LaunchDescription:
     reason: str                       # why that backend
     launch: AttentionLaunch | None    # Triton's tiles, warps, stages and KV splits
     workspace_floats: int             # split-KV scratch this call needs (0: none)
+    # Given the call's own K/V (``new_kv``): the launch of the dense-K/V kernel that serves its long
+    # query blocks (the launch above serves the rest); None: every row reads the pages.
+    dense_launch: launch_config.ExtendLaunch | None = None
+
+
+def dense_kv_launch(*, causal: bool, window: int, softcap: float, sinks: bool, dtype, kv_cache_dtype,
+                    head_dim: int, max_query_len: int | None, num_kv_splits: int | None, backend: str,
+                    device_index: int | None) -> launch_config.ExtendLaunch | None:
+    """The dense-K/V launch a call that passes its own K/V runs its long query blocks in, or None: a
+    call ``support.extend_problem`` names, one pinned to AITER or to a split count, or one whose host
+    bound on query rows is under the launch's tile."""
+    if backend == "aiter" or num_kv_splits is not None or support.extend_problem(
+            causal=causal, window=window, softcap=softcap, sinks=sinks, dtype=dtype,
+            kv_cache_dtype=dtype if kv_cache_dtype is None else kv_cache_dtype, head_dim=head_dim):
+        return None
+    return launch_config.choose_extend(max_query_len=max_query_len, device_index=device_index)
 
 
 def fp8_dots_choices(*, kv_cache_dtype, dtype, causal: bool, device=None) -> tuple[str, ...]:
@@ -37,9 +53,11 @@ def describe_launch(*, num_tokens: int, num_seqs: int, num_q_heads: int, num_kv_
                     page_size: int, kv_capacity: int, causal: bool = False, dtype=torch.bfloat16,
                     max_query_len: int | None = None, num_kv_splits: int | None = None,
                     sliding_window: int | None = None, softcap: float | None = None, sinks: bool = False,
-                    kv_cache_dtype=None, device=None, backend: str | None = None) -> LaunchDescription:
+                    kv_cache_dtype=None, device=None, backend: str | None = None,
+                    new_kv: bool = False) -> LaunchDescription:
     """The backend and launch ``paged_attention`` would use for a call of these shapes (host-standard
-    cache layouts on the GPU).  ``kv_capacity`` = block-table width x page size."""
+    cache layouts on the GPU).  ``kv_capacity`` = block-table width x page size.  ``new_kv``: the call
+    passes its own K/V (``new_keys`` / ``new_values``) in the hosts' layout."""
     index = None if device is None else torch.device(device).index
     choice = backends.tuned_backend(
         device_index=index, heads=(num_q_heads, num_kv_heads, head_dim), dtype=dtype,
@@ -57,7 +75,13 @@ def describe_launch(*, num_tokens: int, num_seqs: int, num_q_heads: int, num_kv_
         device_index=index, page_size=page_size, window=sliding_window, dtype=dtype,
         kv_cache_dtype=kv_cache_dtype, causal=causal)
     floats = workspace.elements(cfg.num_splits, num_tokens, num_q_heads, head_dim) if cfg.num_splits > 1 else 0
-    return LaunchDescription(name, reason, cfg, floats)
+    dense = dense_kv_launch(
+        causal=causal, window=sliding_window or 0, softcap=softcap or 0.0, sinks=sinks, dtype=dtype,
+        kv_cache_dtype=kv_cache_dtype, head_dim=head_dim, max_query_len=max_query_len,
+        num_kv_splits=num_kv_splits, backend=backends.policy(backend, backends.ATTENTION_ENV,
+                                                             backends.ATTENTION_CHOICES),
+        device_index=index) if new_kv else None
+    return LaunchDescription(name, reason, cfg, floats, dense)
 
 
 def workspace_floats(*, num_q_heads: int, num_kv_heads: int, head_dim: int, max_num_seqs: int,

@@ -192,6 +192,11 @@ class RocmDflashAttnBackend(AttentionBackend):
         out = getattr(fb, "_attn_output", None)
         if out is None:
             out = q.new_empty((q.shape[0], num_heads * head_dim))
+        # The rows just written: a prefill reads its own keys from them (ops decides which calls).
+        new_kv = {}
+        if save_kv_cache and k is not None and v is not None:
+            hkv = layer.tp_k_head_num
+            new_kv = dict(new_keys=k.reshape(-1, hkv, head_dim), new_values=v.reshape(-1, hkv, layer.v_head_dim))
         ops.paged_attention(
             q.reshape(-1, num_heads, head_dim), k_cache, v_cache,
             self._block_table(meta, layer), meta.seq_lens, meta.query_start_loc,
@@ -201,6 +206,7 @@ class RocmDflashAttnBackend(AttentionBackend):
             sinks=kwargs.get("sinks"), **scales,
             out=out.view(-1, num_heads, head_dim), max_query_len=meta.max_query_len,
             workspace=meta.workspace,
+            **new_kv,
         )
         return out
 

@@ -71,6 +71,12 @@ class RocmDFlashImpl(AttentionImpl[RocmDFlashMetadata]):
         num_tokens = attn_metadata.num_actual_tokens
         out = output.view(-1, self.num_heads, self.head_size)
         key_cache, value_cache = self._caches(kv_cache)
+        # This step's K/V rows, as do_kv_cache_update wrote them: a prefill reads its own keys from
+        # them (ops decides which calls).  A layer sharing another's cache wrote none.
+        new_kv = {}
+        if key is not None and value is not None and self.kv_sharing_target_layer_name is None:
+            new_kv = dict(new_keys=key.view(-1, self.num_kv_heads, self.head_size)[:num_tokens],
+                          new_values=value.view(-1, self.num_kv_heads, self.head_size)[:num_tokens])
         ops.paged_attention(
             query.view(-1, self.num_heads, self.head_size)[:num_tokens],
             key_cache, value_cache,
@@ -84,6 +90,7 @@ class RocmDFlashImpl(AttentionImpl[RocmDFlashMetadata]):
             out=out[:num_tokens],
             max_query_len=attn_metadata.max_query_len or None,  # 0: an empty batch
             workspace=attn_metadata.workspace,
+            **new_kv,
         )
         return output
 

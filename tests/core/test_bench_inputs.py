@@ -143,3 +143,21 @@ def test_a_launch_with_fp8_dots_is_allowed_its_error():
     assert inputs.tolerance(None) == inputs.tolerance(launch) == 2e-2
     for mode in ("qk", "pv", "qk_pv"):
         assert inputs.tolerance(dataclasses.replace(launch, fp8_dots=mode)) == 6e-2
+
+
+def test_prefill_cases_carry_their_own_rows_as_a_host_passes_them():
+    shape = Shape("qwen3-8b", "verify", 2, 192, 16, q_len=inputs.NEW_KV_MIN_QUERY, workload="chunked")
+    case = inputs.build(shape, torch.device("cpu"), dtype=torch.float32)
+    assert case.new_kv is not None and len(case.new_kv) == case.copies
+    last = case.copies - 1
+    k, v = inputs.dense_kv(case, last)                            # [B, Hkv, ctx, D]
+    keys, values = case.new_kv[last]
+    own = slice(shape.context - shape.q_len, shape.context)
+    assert torch.equal(keys.view(2, shape.q_len, 8, 128), k[:, :, own].transpose(1, 2))
+    assert torch.equal(values.view(2, shape.q_len, 8, 128), v[:, :, own].transpose(1, 2))
+    out = torch.full_like(case.q, float("nan"))
+    case.plugin_calls([out] * case.copies)[0]()
+    assert inputs.rel_error(out, inputs.reference(case, 0)) < 1e-4
+    assert inputs.build(shape, torch.device("cpu"), dtype=torch.float32, new_kv=False).new_kv is None
+    q16 = dataclasses.replace(shape, q_len=16, workload="q16")
+    assert inputs.build(q16, torch.device("cpu"), dtype=torch.float32).new_kv is None

@@ -1,5 +1,5 @@
-"""paged_attention(new_keys=, new_values=): long causal query blocks read their own keys from the dense new
-K/V (kernels/extend_attention.py), the rest of the batch from the pages; equal to the float64 reference.
+"""paged_attention(new_keys=, new_values=): whole causal prompts read their keys from the dense new K/V
+(kernels/extend_attention.py), the rest of the batch from the pages; equal to the float64 reference.
 
 Outputs are NaN-poisoned, unowned cache slots and the new K/V's padding rows hold NaN, and a guard test
 feeds new K/V that differ from the cache, so a path that is never taken (or reads the wrong rows) fails.
@@ -86,7 +86,7 @@ def test_prefill_lengths_at_tile_edges(seq_lens):
 
 @pytest.mark.parametrize("prefix", [1, 15, 16, 17, 40, 64])
 def test_chunk_over_a_prefix(prefix):
-    # The prefix comes from the pages (its last tile partial unless a multiple of the key tile).
+    # A chunk over a prefix stays on the paged kernel, beside a whole prompt on the dense one.
     check(build([prefix + 45, prefix + LONG], [45, LONG], block_size=16))
 
 
@@ -136,13 +136,14 @@ def test_scale_is_applied():
 
 
 def test_new_keys_are_what_the_dense_path_reads():
-    # Guards the tests above: new K/V that differ from the cache change the long blocks' rows only.
-    case = build([50, 20], [50, 20])
+    # Guards the tests above: new K/V that differ from the cache change the whole long prompt's rows
+    # only, not a short prompt's nor a long chunk's over a prefix (both read the pages).
+    case = build([50, 20, 90], [50, 20, 45])
     keys, values = new_kv(case)
     honest = run(case, keys, values)
     skewed = run(case, keys, values * 2.0)
     assert (skewed[:50] - 2.0 * honest[:50]).abs().max() < 1e-4
-    assert torch.equal(skewed[50:70], honest[50:70])
+    assert torch.equal(skewed[50:], honest[50:])
 
 
 # --- calls that stay on the paged kernel ---------------------------------------------------------
@@ -201,3 +202,16 @@ def test_random_batches(data):
     block_size = data.draw(st.sampled_from([1, 16, 32]))
     check(build([q + p for q, p in zip(q_lens, prefixes)], q_lens, num_q_heads=2 * group, num_kv_heads=2,
                 block_size=block_size, seed=data.draw(st.integers(0, 99))))
+
+
+def test_prepared_calls_keep_the_dense_launch_and_only_for_calls_that_pass_rows(extend_launches):
+    from dflash_rocm_plugin.ops import call_cache
+    call_cache.clear()
+    case = build([50, 20], [50, 20])
+    first = run(case)
+    again = run(case)
+    assert call_cache.size() == 1 and len(extend_launches) == 2
+    assert torch.equal(first, again)
+    out = ops.paged_attention(*case.args(), causal=True, max_query_len=50)  # no rows: a key of its own
+    assert call_cache.size() == 2 and len(extend_launches) == 2
+    assert (out - first).abs().max() < 1e-5

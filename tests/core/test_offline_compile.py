@@ -355,3 +355,20 @@ def test_the_tuner_s_prefill_row_candidates_compile_for_every_gpu(monkeypatch):
         assert result[0]["shared"] <= offline_compile.SHARED_LIMIT[arch], (arch, rows, result[0]["shared"])
         if arch.startswith("gfx") and rows <= 128:
             assert result[0]["vgpr_spills"] == 0, (arch, rows)
+
+
+def test_dense_kv_prefill_launch_compiles_for_every_gpu(monkeypatch):
+    # The launch ops.paged_attention(new_keys=...) picks on each GPU, for the head layouts it takes.
+    jobs = []
+    for arch, (sms, smem) in DEVICES.items():
+        with monkeypatch.context() as m:
+            pin_gpu(m, arch, smem, sms)
+            cfg = launch_config.choose_extend(max_query_len=8192, device_index=0)
+        for hq, hkv, d in ((32, 8, 128), (64, 8, 128), (64, 8, 64)):
+            jobs.append(dict(kernel="extend", arch=arch, launch=dataclasses.asdict(cfg),
+                             shape=dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d)))
+    for job, result in zip(jobs, offline_compile.run(jobs)):
+        assert "error" not in result, (job, result)
+        [kernel] = result
+        assert kernel["shared"] <= offline_compile.SHARED_LIMIT[job["arch"]], (job, kernel)
+        assert kernel["vgpr_spills"] == 0, (job, kernel)

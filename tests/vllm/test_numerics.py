@@ -72,6 +72,16 @@ def check(backends, layer, batch, dtype, sliding_window=None, softcap=None):
     assert torch.isnan(ours[n:]).all(), "padding rows past the real tokens must stay untouched"
 
 
+def test_long_blocks_read_the_steps_own_key_value(backends, layer, monkeypatch):
+    from dflash_rocm_plugin.ops.backends import triton_extend
+    launched = []
+    real = triton_extend.launch
+    monkeypatch.setattr(triton_extend, "launch", lambda *a, **k: launched.append(a) or real(*a, **k))
+    batch = kv_batches.build([70, 90, 33], [70, 50, 1], causal=True, layout=layouts()[0], padding_rows=3)
+    check(backends, layer, batch, torch.float32)
+    assert launched, "forward did not pass the step's key/value to ops.paged_attention"
+
+
 def layouts():
     from vllm.v1.kv_cache_interface import KVCacheLayout
     return [KVCacheLayout.LBHNC, KVCacheLayout.LBNHC, KVCacheLayout.LHBNC]
@@ -84,6 +94,8 @@ CASES = [
     ("mixed", [40, 7, 18, 3], [1, 7, 6, 1], True),
     ("spec_verify_1+15", [37, 16], [16, 16], True),
     ("dflash_draft_1+15", [37, 16, 50], [16, 16, 16], False),
+    # Blocks long enough for the dense-K/V kernel (forward passes the step's key/value), beside short ones.
+    ("long_prefill_and_chunk", [70, 90, 33, 5], [70, 50, 1, 5], True),
 ]
 
 

@@ -26,8 +26,9 @@ import os
 import torch
 
 from dflash_rocm_plugin.ops import _runtime, tuned
-from dflash_rocm_plugin.ops.backends import aiter, aiter_loader, triton, triton_direct
+from dflash_rocm_plugin.ops.backends import aiter, aiter_loader, triton, triton_direct, triton_extend
 from dflash_rocm_plugin.ops.call import AttentionCall
+from dflash_rocm_plugin.ops.launch_config import ExtendLaunch
 
 ATTENTION_ENV, GREEDY_ENV = aiter.ATTENTION_ENV, aiter.GREEDY_ENV
 ATTENTION_CHOICES = ("auto", "triton", "aiter")
@@ -76,9 +77,13 @@ def _tuned_backend_of(call: AttentionCall) -> str | None:
 class Prepared:
     """A validated call's launch and backend facts, for calls of the same key (``ops/call_cache.py``)."""
 
-    __slots__ = ("scale", "window", "softcap", "max_query_len", "num_kv_splits", "causal", "triton", "aiter_may_serve")
+    __slots__ = ("scale", "window", "softcap", "max_query_len", "num_kv_splits", "causal", "triton", "aiter_may_serve",
+                 "dense")
 
-    def __init__(self, call: AttentionCall):
+    def __init__(self, call: AttentionCall, dense: ExtendLaunch | None = None):
+        # ``dense``: the launch that serves the call's whole prompts from its own K/V (the paged launch,
+        # built with ``call.extend_min_q``, skips them); None: the paged kernel serves every row.
+        self.dense = dense
         self.scale, self.window, self.softcap = call.scale, call.window, call.softcap
         self.max_query_len, self.num_kv_splits, self.causal = call.max_query_len, call.num_kv_splits, call.causal
         self.triton = triton.Launch(call)
@@ -92,8 +97,13 @@ class Prepared:
 
 
 def run_prepared(p: Prepared, backend: str | None, q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
-                 out, workspace, sinks, k_scale, v_scale) -> str:
+                 out, workspace, sinks, k_scale, v_scale, new_keys=None, new_values=None) -> str:
     """``run_attention`` for a call of a prepared key: the same choice, without rebuilding the launch."""
+    if p.dense is not None:
+        triton.launch(p.triton, q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, sinks, k_scale,
+                      v_scale, workspace)
+        triton_extend.launch(q, out, seq_lens, query_start_loc, new_keys, new_values, p.scale, p.dense)
+        return triton.NAME
     chosen = policy(backend, ATTENTION_ENV, ATTENTION_CHOICES)
     if chosen == "triton" or (chosen == "auto" and (p.aiter_may_serve is False or not _runtime.is_rocm())):
         triton.launch(p.triton, q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, sinks, k_scale,

@@ -1,6 +1,6 @@
 """The dense-K/V prefill kernel's launch (kernels/extend_attention.py) for one validated call.
 
-It serves the call's sequences of at least ``cfg.block_m`` query tokens; the paged kernel, launched
+It serves the call's whole prompts of at least ``cfg.block_m`` tokens; the paged kernel, launched
 first for the same call with ``EXTEND_MIN_Q`` set, serves the rest.  The order matters only where the
 paged launch splits its keys (short sequences only): its merge then writes every row, and this
 launch's rows overwrite the long sequences'.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 
 from dflash_rocm_plugin.ops import _runtime
-from dflash_rocm_plugin.ops.call import AttentionCall
 from dflash_rocm_plugin.ops.launch_config import ExtendLaunch
 
 # TMA copies need 16-byte aligned bases and row strides.
@@ -27,9 +26,10 @@ def _rows(t: torch.Tensor, tokens: int) -> torch.Tensor:
     return t.as_strided((tokens, t.shape[1] * t.shape[2]), (t.stride(0), 1))
 
 
-def launch(call: AttentionCall, new_keys: torch.Tensor, new_values: torch.Tensor, cfg: ExtendLaunch) -> None:
-    q, out, k_cache, v_cache = call.q, call.out, call.k_cache, call.v_cache
+def launch(q: torch.Tensor, out: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
+           new_keys: torch.Tensor, new_values: torch.Tensor, scale: float, cfg: ExtendLaunch) -> None:
     tokens, hq, d = q.shape
+    num_seqs, hkv = seq_lens.shape[0], new_keys.shape[1]
     keys, values = _rows(new_keys, tokens), _rows(new_values, tokens)
     use_desc = cfg.use_desc and _tma_ready(keys) and _tma_ready(values)
     if use_desc:
@@ -39,15 +39,11 @@ def launch(call: AttentionCall, new_keys: torch.Tensor, new_values: torch.Tensor
         values = TensorDescriptor(values, list(values.shape), list(values.stride()), block)
     # The interpreter's bf16 dots are wrong; it runs them in fp32.
     upcast = q.dtype == torch.bfloat16 and _runtime.interpreting()
-    grid = (hq, tokens // cfg.block_m + call.num_seqs)
+    grid = (hq, tokens // cfg.block_m + num_seqs)
     _runtime.extend_kernel()[grid](
-        q, keys, values, k_cache, v_cache, out, call.block_table, call.seq_lens, call.query_start_loc,
-        call.scale, call.num_seqs,
-        q.stride(0), q.stride(1), new_keys.stride(0), new_values.stride(0),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        out.stride(0), out.stride(1), call.block_table.stride(0), call.block_table.stride(1),
-        HEAD_DIM=d, GQA=hq // call.num_kv_heads, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        PAGE_SIZE=k_cache.shape[1], MIN_QUERY=cfg.block_m, USE_DESC=use_desc, UPCAST=upcast,
+        q, keys, values, out, seq_lens, query_start_loc, scale, num_seqs,
+        q.stride(0), q.stride(1), new_keys.stride(0), new_values.stride(0), out.stride(0), out.stride(1),
+        HEAD_DIM=d, GQA=hq // hkv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        MIN_QUERY=cfg.block_m, USE_DESC=use_desc, UPCAST=upcast,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
