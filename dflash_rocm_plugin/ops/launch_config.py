@@ -483,28 +483,35 @@ def forced_extend_fields() -> tuple:
     return tuple(_forced_extend.items()) if _forced_extend else ()
 
 
+# Host bound on query rows per sequence from which a call on a GPU runs its whole prompts dense: the
+# dense launch costs the host ~60 us more than the paged one (Triton's launch with TMA descriptors; H200
+# host, 93 vs 35 us per eager call), hidden behind the GPU from prompts of about this length on.
+DENSE_MIN_QUERY_LEN = 2048
+
+
 def choose_extend(*, max_query_len: int | None, device_index: int | None) -> ExtendLaunch | None:
     """The dense-K/V prefill launch for a call whose host bounds its query rows per sequence by
-    ``max_query_len``, or None when no sequence can be long enough for it (decode, q16 blocks, and a
-    call without a bound).
+    ``max_query_len``, or None: a call without a bound, or under ``DENSE_MIN_QUERY_LEN`` on a GPU
+    (decode, q16 blocks, short prefill chunks).  Its prompts of at least ``block_m`` tokens run dense.
 
-    H200, Qwen3-8B heads, causal prefill, TFLOP/s (the paged kernel's rules in the same process):
-    TMA tiles of 128 x 64, 4 warps, 2 stages 537 / 502 / 372 / 511 at 1 x 8K / 4 x 4K / 16 x 1K /
-    1 x 32K (paged 430 / 390 / 295 / 479); pointer loads, 128 x 128, 8 warps, 3 stages 508 / 461 /
-    302 / 508 (benchmarks/NOTES.md, "v14 -> v15").  AMD (no TMA): the 128-row tile of the paged
-    kernel's prefill (``_amd_prefill_warps``), 1 stage on gfx942 and 2 on gfx950; unmeasured.
+    H200, Qwen3-8B heads, causal prefill, TFLOP/s, TMA tiles against the paged kernel's rules in one
+    process (benchmarks/NOTES.md, "v14 -> v15"): 128 x 128, 8 warps, 3 stages 576 / 503 / 298 / 580 at
+    1 x 8K / 4 x 4K / 16 x 1K / 1 x 32K (paged 426 / 390 / 291 / 489); 128 x 64, 4 warps, 2 stages 472 /
+    456 / 311 / 486; 4 stages do not fit.  Pointer loads, 128 x 128, 8 warps, 3 stages: 497 / 430 / 269 /
+    507 (NVIDIA before Hopper).  AMD (no TMA): the 128-row tile of the paged kernel's prefill
+    (``_amd_prefill_warps``), 1 stage on gfx942 and 2 on gfx950; unmeasured.
     """
     arch = _runtime.gpu_arch(device_index)
+    least = DENSE_MIN_QUERY_LEN
     if arch == "cpu":  # the interpreter: small tiles keep tests quick
         cfg = ExtendLaunch(32, 16, 4, 1, False)
+        least = cfg.block_m
     elif arch.startswith("gfx"):
         cfg = ExtendLaunch(128, 64, _amd_prefill_warps(arch), 2 if arch.startswith("gfx95") else 1, False)
-    elif int(arch[3:]) >= 90:
-        cfg = ExtendLaunch(128, 64, 4, 2, True)
     else:
-        cfg = ExtendLaunch(128, 128, 8, 3, False)
+        cfg = ExtendLaunch(128, 128, 8, 3, int(arch[3:]) >= 90)
     if _forced_extend:
         cfg = dataclasses.replace(cfg, **_forced_extend)
-    if max_query_len is None or max_query_len < cfg.block_m:
+    if max_query_len is None or max_query_len < max(least, cfg.block_m):
         return None
     return cfg

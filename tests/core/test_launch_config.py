@@ -304,3 +304,21 @@ def test_reverse_tile_order_is_forced_only(device, arch):
     assert not cfg.heavy_first
     with launch_config.forced(heavy_first=True):
         assert launch_config.choose(**prefill).heavy_first
+
+
+@pytest.mark.parametrize("arch, tma", [("sm_90", True), ("sm_100", True), ("sm_80", False), ("gfx942", False),
+                                       ("gfx950", False)])
+def test_dense_prompts_launch_only_where_the_host_cost_is_hidden(monkeypatch, arch, tma):
+    from tests.core.cases import pin_gpu
+    pin_gpu(monkeypatch, arch, 160 * 1024, 132)
+    least = launch_config.DENSE_MIN_QUERY_LEN
+    assert launch_config.choose_extend(max_query_len=None, device_index=0) is None
+    assert launch_config.choose_extend(max_query_len=least - 1, device_index=0) is None
+    cfg = launch_config.choose_extend(max_query_len=least, device_index=0)
+    assert cfg is not None and cfg.use_desc == tma and cfg.block_m == 128
+    with launch_config.forced_extend(use_desc=not tma, num_stages=2):
+        forced = launch_config.choose_extend(max_query_len=least, device_index=0)
+    assert (forced.use_desc, forced.num_stages) == (not tma, 2)
+    with pytest.raises(ValueError, match="unknown extend launch fields"):
+        with launch_config.forced_extend(block_q=64):
+            pass

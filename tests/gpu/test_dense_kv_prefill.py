@@ -48,7 +48,8 @@ def _build(seq_lens, q_lens, page=16, hq=32, hkv=8, d=128, seed=0, pad_rows=8):
 
 CASES = {
     "1x4K prompt": ([4096], [4096]),
-    "chunk 1K over 3K": ([3072 + 1000], [1000]),
+    "chunk 2.5K over 3K": ([3072 + 2500], [2500]),
+    "short prompts beside a long one": ([300, 129, 2048, 64], [300, 129, 2048, 64]),
     "mixed": ([1, 700, 2100, 4096, 40, 513], [1, 16, 2100, 1500, 1, 513]),
 }
 
