@@ -142,18 +142,29 @@ _forced: dict = {}
 @contextlib.contextmanager
 def forced(**fields):
     """Within the block, every launch uses these AttentionLaunch fields (tuning sweeps)."""
-    unknown = set(fields) - {f.name for f in dataclasses.fields(AttentionLaunch)}
-    if unknown:
-        raise ValueError(f"unknown launch fields {sorted(unknown)}")
-    if fields.get("fp8_dots", "none") not in FP8_DOTS_MODES:
+    if fields.get("fp8_dots", "none") not in FP8_DOTS_MODES and set(fields) <= _field_names(AttentionLaunch):
         raise ValueError(f"fp8_dots={fields['fp8_dots']!r}: expected one of {FP8_DOTS_MODES}")
-    saved = dict(_forced)
-    _forced.update(fields)
+    with _forcing(_forced, AttentionLaunch, "launch", fields):
+        yield
+
+
+def _field_names(launch_cls) -> set:
+    return {f.name for f in dataclasses.fields(launch_cls)}
+
+
+@contextlib.contextmanager
+def _forcing(store: dict, launch_cls, what: str, fields: dict):
+    """``store`` holds ``fields`` (names of ``launch_cls``) within the block, as it held before after it."""
+    unknown = set(fields) - _field_names(launch_cls)
+    if unknown:
+        raise ValueError(f"unknown {what} fields {sorted(unknown)}")
+    saved = dict(store)
+    store.update(fields)
     try:
         yield
     finally:
-        _forced.clear()
-        _forced.update(saved)
+        store.clear()
+        store.update(saved)
 
 
 def forced_fields() -> tuple:
@@ -466,16 +477,8 @@ _forced_extend: dict = {}
 @contextlib.contextmanager
 def forced_extend(**fields):
     """Within the block, every dense-K/V prefill launch uses these ExtendLaunch fields (tuning sweeps)."""
-    unknown = set(fields) - {f.name for f in dataclasses.fields(ExtendLaunch)}
-    if unknown:
-        raise ValueError(f"unknown extend launch fields {sorted(unknown)}")
-    saved = dict(_forced_extend)
-    _forced_extend.update(fields)
-    try:
+    with _forcing(_forced_extend, ExtendLaunch, "extend launch", fields):
         yield
-    finally:
-        _forced_extend.clear()
-        _forced_extend.update(saved)
 
 
 def forced_extend_fields() -> tuple:

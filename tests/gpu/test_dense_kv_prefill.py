@@ -10,27 +10,14 @@ import torch
 
 from dflash_rocm_plugin import ops, reference
 from dflash_rocm_plugin.ops import launch_config
+from tests.gpu.caches import paged_caches
 
 pytestmark = pytest.mark.gpu
 
 
 def _build(seq_lens, q_lens, page=16, hq=32, hkv=8, d=128, seed=0, pad_rows=8):
     g = torch.Generator(device="cuda").manual_seed(seed)
-    pages = [-(-s // page) for s in seq_lens]
-    nb = sum(pages) + 8
-    k = torch.randn(nb, page, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(nb, page, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    perm = torch.randperm(nb, device="cuda", generator=g).int()
-    table = torch.zeros(len(seq_lens), max(pages) + 2, dtype=torch.int32, device="cuda")
-    owned = torch.zeros(k.shape[:2], dtype=torch.bool, device="cuda")
-    at = 0
-    for i, (s, n) in enumerate(zip(seq_lens, pages)):
-        table[i, :n] = perm[at:at + n]
-        at += n
-        owned[table[i, :n].long()] = True
-        owned[table[i, n - 1].long(), s - page * (n - 1):] = False
-    k[~owned] = float("nan")
-    v[~owned] = float("nan")
+    k, v, table = paged_caches(seq_lens, page, hkv, d, g)
     qsl = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32, device="cuda")
     tokens = int(qsl[-1])
     q = torch.randn(tokens, hq, d, device="cuda", dtype=torch.bfloat16, generator=g)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from dflash_rocm_plugin import ops, reference
+from tests.gpu.caches import paged_caches
 
 pytestmark = pytest.mark.gpu
 
@@ -21,24 +22,7 @@ def _rel(out, ref):
 
 def _build(seq_lens, page, q_len=16, hq=32, hkv=8, d=128, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
-    pages = [-(-s // page) for s in seq_lens]
-    nb = sum(pages) + 8
-    k = torch.randn(nb, page, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(nb, page, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    perm = torch.randperm(nb, device="cuda", generator=g).int()
-    table = torch.zeros(len(seq_lens), max(pages) + 2, dtype=torch.int32, device="cuda")
-    at = 0
-    for i, n in enumerate(pages):
-        table[i, :n] = perm[at:at + n]
-        at += n
-    # NaN in every slot no sequence owns (free pages, the last page's slots past the end): a kernel
-    # that reads one, even to multiply it by zero, fails the test.
-    owned = torch.zeros(k.shape[:2], dtype=torch.bool, device="cuda")
-    for i, (s, n) in enumerate(zip(seq_lens, pages)):
-        owned[table[i, :n].long()] = True
-        owned[table[i, n - 1].long(), s - page * (n - 1):] = False
-    k[~owned] = float("nan")
-    v[~owned] = float("nan")
+    k, v, table = paged_caches(seq_lens, page, hkv, d, g)
     q_lens = [min(q_len, s) for s in seq_lens]
     qsl = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32, device="cuda")
     q = torch.randn(int(qsl[-1]), hq, d, device="cuda", dtype=torch.bfloat16, generator=g)

@@ -18,6 +18,9 @@ EXTEND, DECODE, VERIFY = ForwardMode.EXTEND, ForwardMode.DECODE, ForwardMode.TAR
 CASES = {
     # name: (mode, prefix lens, new lens, ENCODER_ONLY layer)
     "extend_prefix": (EXTEND, [5, 16, 0], [7, 3, 17], False),
+    # Whole prompts long enough for the dense-K/V kernel (forward_extend passes the rows it wrote),
+    # beside a chunk over a prefix that reads the pages.
+    "extend_prompts": (EXTEND, [0, 3, 0], [40, 35, 33], False),
     "decode": (DECODE, [8, 31, 16], [1, 1, 1], False),
     "verify_causal": (VERIFY, [1, 17, 30], [16, 16, 16], False),
     "verify_encoder_only": (VERIFY, [1, 17, 30], [16, 16, 16], True),
@@ -65,6 +68,15 @@ def test_plugin_matches_triton_and_reference(case_name, page_size, shape_name):
     if mode != DECODE:  # the mask matters in this case: the other causality is far off
         other = h.expected(runner, case, shape, causal=encoder_only)
         assert (other - ref).abs().max() > 0.05
+
+
+def test_whole_prompts_read_the_rows_just_written(monkeypatch):
+    from dflash_rocm_plugin.ops.backends import triton_extend
+    launched = []
+    real = triton_extend.launch
+    monkeypatch.setattr(triton_extend, "launch", lambda *a, **k: launched.append(a) or real(*a, **k))
+    test_plugin_matches_triton_and_reference("extend_prompts", 16, "fp32_gqa2_d32")
+    assert launched, "forward_extend did not pass the new K/V to ops.paged_attention"
 
 
 def test_draft_extend_matches_triton():
