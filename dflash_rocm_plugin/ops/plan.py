@@ -23,17 +23,17 @@ class LaunchDescription:
     reason: str                       # why that backend
     launch: AttentionLaunch | None    # Triton's tiles, warps, stages and KV splits
     workspace_floats: int             # split-KV scratch this call needs (0: none)
-    # Given the call's own K/V (``new_kv``): the launch of the dense-K/V kernel that serves its long
-    # query blocks (the launch above serves the rest); None: every row reads the pages.
+    # Given the call's own K/V (``new_kv``): the launch of the dense-K/V kernel that serves its whole
+    # prompts (the launch above serves the rest); None: every row reads the pages.
     dense_launch: launch_config.ExtendLaunch | None = None
 
 
 def dense_kv_launch(*, causal: bool, window: int, softcap: float, sinks: bool, dtype, kv_cache_dtype,
                     head_dim: int, max_query_len: int | None, num_kv_splits: int | None, backend: str,
                     device_index: int | None) -> launch_config.ExtendLaunch | None:
-    """The dense-K/V launch a call that passes its own K/V runs its long query blocks in, or None: a
-    call ``support.extend_problem`` names, one pinned to AITER or to a split count, or one whose host
-    bound on query rows is under the launch's tile."""
+    """The dense-K/V launch a call that passes its own K/V runs its whole prompts in, or None: a call
+    ``support.extend_problem`` names, one pinned to AITER or to a split count, or one whose host bound on
+    query rows is too short for it (``launch_config.choose_extend``)."""
     if backend == "aiter" or num_kv_splits is not None or support.extend_problem(
             causal=causal, window=window, softcap=softcap, sinks=sinks, dtype=dtype,
             kv_cache_dtype=dtype if kv_cache_dtype is None else kv_cache_dtype, head_dim=head_dim):

@@ -220,18 +220,19 @@ def require(spec: AttentionSpec) -> None:
         raise Unsupported(f"rocm_dflash: {reason}")
 
 
-# Calls whose long causal query blocks read the block's own keys from the host's dense new K/V
+# Calls whose whole causal prompts read their keys from the host's dense new K/V
 # (``paged_attention(new_keys=, new_values=)``, kernels/extend_attention.py) instead of the cache.
-# Everything else (and every sequence under the launch's query length) runs the paged kernel, whose
-# result these match: the new K/V are the rows the cache holds, so the cache must hold them as given.
+# Everything else (and every chunk over a prefix, every prompt under the launch's length) runs the paged
+# kernel, whose result these match: the new K/V are the rows the cache holds, so the cache must hold
+# them as given.
 EXTEND_HEAD_DIMS = (32, 64, 128)
 
 
 def extend_problem(*, causal: bool, window: int, softcap: float, sinks: bool, dtype, kv_cache_dtype,
                    head_dim: int) -> str | None:
-    """Why a call's long query blocks cannot read their own keys from the dense new K/V, or None."""
+    """Why a call's whole prompts cannot read their keys from the dense new K/V, or None."""
     if not causal:
-        return "non-causal attention (a DFlash draft block is short)"
+        return "non-causal attention (a DFlash draft block reads its context from the pages)"
     if window or softcap or sinks:
         return "a sliding window, softcap or sinks"
     if kv_cache_dtype != dtype:

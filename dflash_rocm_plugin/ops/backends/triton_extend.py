@@ -2,8 +2,8 @@
 
 It serves the call's whole prompts of at least ``cfg.block_m`` tokens; the paged kernel, launched
 first for the same call with ``EXTEND_MIN_Q`` set, serves the rest.  The order matters only where the
-paged launch splits its keys (short sequences only): its merge then writes every row, and this
-launch's rows overwrite the long sequences'.
+paged launch splits its keys (possible under the interpreter's short tiles): its merge then writes
+every row, and this launch's rows overwrite the prompts'.
 """
 
 from __future__ import annotations
