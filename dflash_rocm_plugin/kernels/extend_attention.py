@@ -18,8 +18,9 @@ reading lengths.  (A chunk over a prefix stays paged: gathering its prefix here,
 query head, ran chunked prefill at 0.6-0.7x the paged kernel's rate on the H200.)
 
 Key order per program: the keys left of the tile's first query (all visible), then the tiles on the
-diagonal (masked).  Padding rows of ``new_k`` / ``new_v`` (past a sequence's tokens) may hold anything: their scores are
-masked and their values zeroed before they meet a visible row.
+diagonal (masked).  Rows of ``new_k`` / ``new_v`` past a sequence's tokens (the next sequence's, or
+padding that may hold anything) only enter masked tiles: their scores are masked and their values
+zeroed before they meet a visible row.
 """
 
 import triton
