@@ -341,3 +341,12 @@ def test_the_dry_run_counts_the_fp8_q_k_candidates(monkeypatch, policy):
     fp8, plain = (driver.expected_candidates(s, "sm_90", torch.bfloat16, space) for s in (shapes, bf16))
     assert fp8 == [plain[0] + (flags if policy == "draft" else 0), plain[1]]
     ops.fp8_qk_policy.cache_clear()
+
+
+def test_prefill_buckets_time_the_paged_launch_without_the_prompts_own_rows():
+    # Given a prompt's own K/V rows, its work would go to the dense kernel and every candidate would tie.
+    shape = space_mod.TuneShape("qwen3-8b", "verify", 1, 256, 16, q_len=256, workload="prefill",
+                                layout=(4, 2, 32), klass="prefill")
+    bench = measure.BucketBench(shape, torch.device("cpu"), torch.float32, FakeTimer(lambda c, n: 1.0))
+    assert bench.case.new_kv is None
+    assert inputs.build(shape, torch.device("cpu"), dtype=torch.float32).new_kv is not None
