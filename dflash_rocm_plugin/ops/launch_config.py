@@ -492,25 +492,32 @@ def forced_extend_fields() -> tuple:
 DENSE_MIN_QUERY_LEN = 2048
 
 
-def choose_extend(*, max_query_len: int | None, device_index: int | None) -> ExtendLaunch | None:
+def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int | None) -> ExtendLaunch | None:
     """The dense-K/V prefill launch for a call whose host bounds its query rows per sequence by
     ``max_query_len``, or None: a call without a bound, or under ``DENSE_MIN_QUERY_LEN`` on a GPU
     (decode, q16 blocks, short prefill chunks).  Its prompts of at least ``block_m`` tokens run dense.
 
-    H200, Qwen3-8B heads, causal prefill, TFLOP/s, TMA tiles against the paged kernel's rules in one
-    process (benchmarks/NOTES.md, "v14 -> v15"): 128 x 128, 8 warps, 3 stages 576 / 503 / 298 / 580 at
-    1 x 8K / 4 x 4K / 16 x 1K / 1 x 32K (paged 426 / 390 / 291 / 489); 128 x 64, 4 warps, 2 stages 472 /
-    456 / 311 / 486; 4 stages do not fit.  Pointer loads, 128 x 128, 8 warps, 3 stages: 497 / 430 / 269 /
-    507 (NVIDIA before Hopper).  AMD (no TMA): the 128-row tile of the paged kernel's prefill
-    (``_amd_prefill_warps``), 1 stage on gfx942 and 2 on gfx950; unmeasured.
+    H200, causal prefill, TFLOP/s, TMA tiles against the paged kernel's rules in one process
+    (benchmarks/NOTES.md, "v14 -> v15").  Qwen3-8B heads (32 / 8 of 128): 128 x 128, 8 warps, 3 stages
+    576 / 503 / 298 / 580 at 1 x 8K / 4 x 4K / 16 x 1K / 1 x 32K (paged 426 / 390 / 291 / 489); 128 x 64,
+    4 warps, 2 stages 472 / 456 / 311 / 486; 4 stages do not fit.  Pointer loads, 128 x 128, 8 warps,
+    3 stages: 497 / 430 / 269 / 507 (NVIDIA before Hopper).  Qwen3-Next / Qwen3.5 full-attention heads
+    (16 / 2 of 256): 128 x 64, 8 warps, 2 stages 545 / 552 / 515 / 534 at 1 x 8K / 2 x 8K / 4 x 4K / 1 x 32K
+    (paged 302 / 317 / 300 / 279; 64 x 64, 4 warps, 3 stages 562 / 555 / 493 / 542; 3 stages of 128 rows
+    do not fit).  AMD (no TMA): the 128-row tile of the paged kernel's prefill (``_amd_prefill_warps``),
+    1 stage on gfx942 and 2 on gfx950, 32-key tiles for 256-wide heads (LDS); unmeasured.
     """
     arch = _runtime.gpu_arch(device_index)
     least = DENSE_MIN_QUERY_LEN
+    wide = head_dim > 128
     if arch == "cpu":  # the interpreter: small tiles keep tests quick
         cfg = ExtendLaunch(32, 16, 4, 1, False)
         least = cfg.block_m
     elif arch.startswith("gfx"):
-        cfg = ExtendLaunch(128, 64, _amd_prefill_warps(arch), 2 if arch.startswith("gfx95") else 1, False)
+        cfg = ExtendLaunch(128, 32 if wide else 64, _amd_prefill_warps(arch), 2 if arch.startswith("gfx95") else 1,
+                           False)
+    elif wide:
+        cfg = ExtendLaunch(128, 64, 8, 2, int(arch[3:]) >= 90)
     else:
         cfg = ExtendLaunch(128, 128, 8, 3, int(arch[3:]) >= 90)
     if _forced_extend:

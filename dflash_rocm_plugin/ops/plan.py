@@ -38,7 +38,7 @@ def dense_kv_launch(*, causal: bool, window: int, softcap: float, sinks: bool, d
             causal=causal, window=window, softcap=softcap, sinks=sinks, dtype=dtype,
             kv_cache_dtype=dtype if kv_cache_dtype is None else kv_cache_dtype, head_dim=head_dim):
         return None
-    return launch_config.choose_extend(max_query_len=max_query_len, device_index=device_index)
+    return launch_config.choose_extend(head_dim=head_dim, max_query_len=max_query_len, device_index=device_index)
 
 
 def fp8_dots_choices(*, kv_cache_dtype, dtype, causal: bool, device=None) -> tuple[str, ...]:

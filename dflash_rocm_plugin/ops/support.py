@@ -225,7 +225,7 @@ def require(spec: AttentionSpec) -> None:
 # Everything else (and every chunk over a prefix, every prompt under the launch's length) runs the paged
 # kernel, whose result these match: the new K/V are the rows the cache holds, so the cache must hold
 # them as given.
-EXTEND_HEAD_DIMS = (32, 64, 128)
+EXTEND_HEAD_DIMS = (32, 64, 128, 256)  # 256: Qwen3-Next / Qwen3.5 / Qwen3.6 full-attention layers
 
 
 def extend_problem(*, causal: bool, window: int, softcap: float, sinks: bool, dtype, kv_cache_dtype,

@@ -18,7 +18,7 @@ from dflash_rocm_plugin.ops.backends import triton_extend
 from tests.core.cases import build, poisoned_like, tolerance
 
 # The interpreter's launch (launch_config.choose_extend): blocks of at least this many queries go dense.
-LONG = launch_config.choose_extend(max_query_len=1 << 20, device_index=None).block_m
+LONG = launch_config.choose_extend(head_dim=32, max_query_len=1 << 20, device_index=None).block_m
 
 
 def new_kv(case, spare_rows=3):
@@ -105,7 +105,7 @@ def test_gqa_groups(group):
     check(build([70, 40], [70, 35], num_q_heads=2 * group, num_kv_heads=2))
 
 
-@pytest.mark.parametrize("head_dim", [32, 64, 128])
+@pytest.mark.parametrize("head_dim", [32, 64, 128, 256])
 def test_head_dims(head_dim):
     check(build([45], [45], num_q_heads=2, num_kv_heads=1, head_dim=head_dim))
 

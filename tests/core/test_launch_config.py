@@ -312,13 +312,15 @@ def test_dense_prompts_launch_only_where_the_host_cost_is_hidden(monkeypatch, ar
     from tests.core.cases import pin_gpu
     pin_gpu(monkeypatch, arch, 160 * 1024, 132)
     least = launch_config.DENSE_MIN_QUERY_LEN
-    assert launch_config.choose_extend(max_query_len=None, device_index=0) is None
-    assert launch_config.choose_extend(max_query_len=least - 1, device_index=0) is None
-    cfg = launch_config.choose_extend(max_query_len=least, device_index=0)
+    assert launch_config.choose_extend(head_dim=128, max_query_len=None, device_index=0) is None
+    assert launch_config.choose_extend(head_dim=128, max_query_len=least - 1, device_index=0) is None
+    cfg = launch_config.choose_extend(head_dim=128, max_query_len=least, device_index=0)
     assert cfg is not None and cfg.use_desc == tma and cfg.block_m == 128
     with launch_config.forced_extend(use_desc=not tma, num_stages=2):
-        forced = launch_config.choose_extend(max_query_len=least, device_index=0)
+        forced = launch_config.choose_extend(head_dim=128, max_query_len=least, device_index=0)
     assert (forced.use_desc, forced.num_stages) == (not tma, 2)
+    wide = launch_config.choose_extend(head_dim=256, max_query_len=least, device_index=0)
+    assert wide.use_desc == tma and wide.block_m == 128 and wide.block_n <= cfg.block_n
     with pytest.raises(ValueError, match="unknown extend launch fields"):
         with launch_config.forced_extend(block_q=64):
             pass

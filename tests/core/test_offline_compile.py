@@ -361,10 +361,10 @@ def test_dense_kv_prefill_launch_compiles_for_every_gpu(monkeypatch):
     # The launch ops.paged_attention(new_keys=...) picks on each GPU, for the head layouts it takes.
     jobs = []
     for arch, (sms, smem) in DEVICES.items():
-        with monkeypatch.context() as m:
-            pin_gpu(m, arch, smem, sms)
-            cfg = launch_config.choose_extend(max_query_len=8192, device_index=0)
-        for hq, hkv, d in ((32, 8, 128), (64, 8, 128), (64, 8, 64)):
+        for hq, hkv, d in ((32, 8, 128), (64, 8, 128), (64, 8, 64), (16, 2, 256)):
+            with monkeypatch.context() as m:
+                pin_gpu(m, arch, smem, sms)
+                cfg = launch_config.choose_extend(head_dim=d, max_query_len=8192, device_index=0)
             jobs.append(dict(kernel="extend", arch=arch, launch=dataclasses.asdict(cfg),
                              shape=dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d)))
     for job, result in zip(jobs, offline_compile.run(jobs)):

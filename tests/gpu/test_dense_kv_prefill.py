@@ -41,14 +41,16 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("heads", [(32, 8, 128), (16, 2, 256)], ids=["qwen3-8b", "qwen3.5-full-attention"])
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("tma", [True, False], ids=["tma", "pointers"])
-def test_dense_kv_prefill_matches_float64(name, tma):
+def test_dense_kv_prefill_matches_float64(name, tma, heads):
     seq_lens, q_lens = CASES[name]
-    q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens)
+    hq, hkv, d = heads
+    q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens, hq=hq, hkv=hkv, d=d)
     out = torch.full_like(q, float("nan"))
     with launch_config.forced_extend(use_desc=tma):
-        assert launch_config.choose_extend(max_query_len=max(q_lens), device_index=0) is not None
+        assert launch_config.choose_extend(head_dim=d, max_query_len=max(q_lens), device_index=0) is not None
         ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=max(q_lens),
                             new_keys=nk, new_values=nv)
     torch.cuda.synchronize()
