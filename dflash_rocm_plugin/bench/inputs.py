@@ -101,14 +101,18 @@ def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0, shuffle: bo
     return case
 
 
+def _cache_rows(case: Case, table: torch.Tensor, keys: torch.Tensor):
+    """K and V of ``keys`` (positions) of every sequence as the pages of ``table`` hold them, [B, len, Hkv, D]."""
+    page = case.shape.page
+    pages = table.long()[:, keys // page]                 # [B, len]
+    return case.k_cache[pages, keys % page], case.v_cache[pages, keys % page]
+
+
 def _own_rows(case: Case, table: torch.Tensor):
     """The cache's K and V rows of each sequence's last q_len positions, [B * q_len, Hkv, D] each."""
     s = case.shape
-    pos = torch.arange(s.context - s.q_len, s.context, device=table.device)
-    pages = table.long()[:, pos // s.page]                # [B, q_len]
-    _, _, hkv, d = case.k_cache.shape
-    return (case.k_cache[pages, pos % s.page].reshape(-1, hkv, d),
-            case.v_cache[pages, pos % s.page].reshape(-1, hkv, d))
+    k, v = _cache_rows(case, table, torch.arange(s.context - s.q_len, s.context, device=table.device))
+    return k.flatten(0, 1), v.flatten(0, 1)
 
 
 def as_page1(case: Case) -> Case:
@@ -127,12 +131,8 @@ def as_page1(case: Case) -> Case:
 
 def dense_kv(case: Case, copy: int = 0):
     """K and V of every sequence as dense [B, Hkv, ctx, D] tensors (for SDPA and the reference)."""
-    b, ctx, page = case.shape.batch, case.shape.context, case.shape.page
-    table = case.block_tables[copy].long()
-    keys = torch.arange(ctx, device=table.device)
-    pages = table[:, keys // page]                      # [B, ctx]
-    k = case.k_cache[pages, keys % page]                # [B, ctx, Hkv, D]
-    v = case.v_cache[pages, keys % page]
+    table = case.block_tables[copy]
+    k, v = _cache_rows(case, table, torch.arange(case.shape.context, device=table.device))  # [B, ctx, Hkv, D]
     return k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
 
 

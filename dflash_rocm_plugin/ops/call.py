@@ -26,8 +26,8 @@ class AttentionCall:
     sinks: torch.Tensor | None = None    # [num_q_heads] logits, or None
     k_scale: torch.Tensor | None = None  # float32 [1] or [num_kv_heads]; fp8 caches only
     v_scale: torch.Tensor | None = None
-    # Sequences of at least this many query tokens are served by the dense-K/V prefill kernel
-    # (ops/backends/triton_extend.py), not the paged one; 0: none.
+    # Whole prompts (nothing cached before them) of at least this many tokens are served by the
+    # dense-K/V prefill kernel (ops/backends/triton_extend.py), not the paged one; 0: none.
     extend_min_q: int = 0
 
     @property

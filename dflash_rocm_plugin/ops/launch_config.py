@@ -142,22 +142,24 @@ _forced: dict = {}
 @contextlib.contextmanager
 def forced(**fields):
     """Within the block, every launch uses these AttentionLaunch fields (tuning sweeps)."""
-    if fields.get("fp8_dots", "none") not in FP8_DOTS_MODES and set(fields) <= _field_names(AttentionLaunch):
-        raise ValueError(f"fp8_dots={fields['fp8_dots']!r}: expected one of {FP8_DOTS_MODES}")
-    with _forcing(_forced, AttentionLaunch, "launch", fields):
+    with _forcing(_forced, AttentionLaunch, "launch", fields, check=_check_fp8_dots):
         yield
 
 
-def _field_names(launch_cls) -> set:
-    return {f.name for f in dataclasses.fields(launch_cls)}
+def _check_fp8_dots(fields: dict) -> None:
+    if fields.get("fp8_dots", "none") not in FP8_DOTS_MODES:
+        raise ValueError(f"fp8_dots={fields['fp8_dots']!r}: expected one of {FP8_DOTS_MODES}")
 
 
 @contextlib.contextmanager
-def _forcing(store: dict, launch_cls, what: str, fields: dict):
-    """``store`` holds ``fields`` (names of ``launch_cls``) within the block, as it held before after it."""
-    unknown = set(fields) - _field_names(launch_cls)
+def _forcing(store: dict, launch_cls, what: str, fields: dict, check=None):
+    """``store`` holds ``fields`` (names of ``launch_cls``, then ``check``ed) within the block, as it held
+    before after it."""
+    unknown = set(fields) - {f.name for f in dataclasses.fields(launch_cls)}
     if unknown:
         raise ValueError(f"unknown {what} fields {sorted(unknown)}")
+    if check is not None:
+        check(fields)
     saved = dict(store)
     store.update(fields)
     try:
@@ -516,10 +518,9 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     elif arch.startswith("gfx"):
         cfg = ExtendLaunch(128, 32 if wide else 64, _amd_prefill_warps(arch), 2 if arch.startswith("gfx95") else 1,
                            False)
-    elif wide:
-        cfg = ExtendLaunch(128, 64, 8, 2, int(arch[3:]) >= 90)
     else:
-        cfg = ExtendLaunch(128, 128, 8, 3, int(arch[3:]) >= 90)
+        tma = int(arch[3:]) >= 90
+        cfg = ExtendLaunch(128, 64, 8, 2, tma) if wide else ExtendLaunch(128, 128, 8, 3, tma)
     if _forced_extend:
         cfg = dataclasses.replace(cfg, **_forced_extend)
     if max_query_len is None or max_query_len < max(least, cfg.block_m):
