@@ -20,12 +20,15 @@ import sys
 
 from dflash_rocm_plugin.bench import shapes as shapes_mod
 
+DEFAULT_MODELS = "qwen3-8b,qwen3-4b"
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dflash-rocm bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="qwen3-8b,qwen3-4b",
-                   help=f"comma list of {sorted(shapes_mod.MODELS)}; identical head layouts run once")
+    p.add_argument("--models", default=None,
+                   help=f"comma list of {sorted(shapes_mod.MODELS)}; identical head layouts run once (default: "
+                        f"{DEFAULT_MODELS} for q16, a workload's own model for the others)")
     p.add_argument("--modes", default="draft,verify", help="draft (non-causal) and/or verify (causal)")
     p.add_argument("--shapes", default=None, help="batch x context list, e.g. 32x16K,1x32K (default: grid)")
     p.add_argument("--targets-only", action="store_true", help="only the issue's target shapes")
@@ -55,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="append", default=[], metavar="FIELD=VALUE",
                    help="override one launch field of every plugin call (A/B of a launch choice), "
                         "e.g. --force num_stages=3 --force page_ids_asm=false")
+    p.add_argument("--force-dense", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override one field of every dense-K/V prefill launch (ops.ExtendLaunch), "
+                        "e.g. --force-dense block_n=64 --force-dense num_warps=4")
     p.add_argument("--tolerance", type=float, default=None,
                    help="largest relative error against the reference that is still timed (default: "
                         "2e-2, and 6e-2 for a launch with fp8 tensor-core dots, e.g. under DFLASH_ROCM_FP8_QK)")
@@ -65,19 +71,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_forced(items: list[str]) -> dict:
+def parse_forced(items: list[str], launch=None, flag: str = "--force") -> dict:
     """'--force num_stages=3 --force overlap_qk=false' -> {'num_stages': 3, 'overlap_qk': False}:
-    each VALUE read as its field's type (ValueError naming a bad item)."""
+    each VALUE read as its field's type in ``launch`` (default ops.AttentionLaunch; ValueError naming a
+    bad item)."""
     import dataclasses
     from dflash_rocm_plugin import ops
     types = {f.name: f.type if isinstance(f.type, str) else f.type.__name__
-             for f in dataclasses.fields(ops.AttentionLaunch)}
+             for f in dataclasses.fields(launch or ops.AttentionLaunch)}
     fields = {}
     for item in items:
         name, sep, value = item.partition("=")
         name, v = name.strip(), value.strip()
         if not sep or name not in types:
-            raise ValueError(f"--force {item!r}: expected FIELD=VALUE with FIELD one of {sorted(types)}")
+            raise ValueError(f"{flag} {item!r}: expected FIELD=VALUE with FIELD one of {sorted(types)}")
         kind = types[name]
         if kind == "bool" and v.lower() in ("true", "false"):
             fields[name] = v.lower() == "true"
@@ -87,7 +94,7 @@ def parse_forced(items: list[str]) -> dict:
             fields[name] = v
         else:
             want = {"bool": "true or false", "int": "an integer"}.get(kind, "a name")
-            raise ValueError(f"--force {item!r}: {name} takes {want}")
+            raise ValueError(f"{flag} {item!r}: {name} takes {want}")
     return fields
 
 
@@ -128,8 +135,10 @@ def _unique_layouts(models: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from dflash_rocm_plugin import ops
     try:
         forced = args.forced = parse_forced(args.force)
+        dense = args.forced_dense = parse_forced(args.force_dense, ops.ExtendLaunch, "--force-dense")
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -141,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("dflash-rocm bench needs a CUDA or HIP GPU; none is visible", file=sys.stderr)
         return 2
-    from dflash_rocm_plugin import ops
-    with ops.forced_launch(**forced):
+    with ops.forced_launch(**forced), ops.forced_extend(**dense):
         return run(args, torch.device("cuda", torch.cuda.current_device()))
 
 
@@ -153,7 +161,7 @@ def run(args, device) -> int:
     from dflash_rocm_plugin import ops
     from dflash_rocm_plugin.bench import inputs, peers as peers_mod, report, timing
 
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    models = [m.strip() for m in (args.models or DEFAULT_MODELS).split(",") if m.strip()]
     for m in models:
         if m not in shapes_mod.MODELS:
             print(f"--models: unknown model {m!r}; supported: {sorted(shapes_mod.MODELS)}", file=sys.stderr)
@@ -163,8 +171,9 @@ def run(args, device) -> int:
     layouts = _unique_layouts(models)
     if args.workload != "q16":
         work = shapes_mod.WORKLOADS[args.workload]
-        grid = work.shapes(pages, kv=args.kv, window=args.window, sinks=args.sinks)
-        layouts = _unique_layouts([work.model])
+        layouts = _unique_layouts(models if args.models else [work.model])
+        grid = [s for names in layouts.values()
+                for s in work.shapes(pages, kv=args.kv, window=args.window, sinks=args.sinks, model=names[0])]
         peer_pairs = {(s.batch, s.context) for s in grid}
     else:
         if args.shapes:
@@ -188,6 +197,8 @@ def run(args, device) -> int:
     meta["dtype"] = args.dtype
     if args.forced:
         meta["forced_launch"] = args.forced
+    if getattr(args, "forced_dense", None):
+        meta["forced_dense_launch"] = args.forced_dense
     loaded = {}
     if args.peers:
         names = args.peer_names.split(",") if args.peer_names else None

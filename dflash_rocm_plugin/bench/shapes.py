@@ -119,9 +119,11 @@ class Workload:
     tflops: float | None = None                            # TFLOP/s needed at every cell
     at_least: dict = dataclasses.field(default_factory=dict)  # peer -> cells (batch, context) not to lose at
 
-    def shapes(self, pages, kv: str = "bf16", window=None, sinks: bool = False) -> list[Shape]:
-        return [Shape(self.model, mode, b, c, p, c if q is None else q, kv, window, sinks, workload=self.name)
-                for mode in self.modes for (b, c, q) in self.cells for p in pages]
+    def shapes(self, pages, kv: str = "bf16", window=None, sinks: bool = False,
+               model: str | None = None) -> list[Shape]:
+        """The workload's cells for its own model's heads, or for ``model``'s (gpt-oss prefill, say)."""
+        return [Shape(model or self.model, mode, b, c, p, c if q is None else q, kv, window, sinks,
+                      workload=self.name) for mode in self.modes for (b, c, q) in self.cells for p in pages]
 
 
 K = 1024

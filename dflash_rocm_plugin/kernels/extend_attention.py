@@ -20,7 +20,10 @@ query head, ran chunked prefill at 0.6-0.7x the paged kernel's rate on the H200.
 Key order per program: the keys left of the tile's first query (all visible), then the tiles on the
 diagonal (masked).  Rows of ``new_k`` / ``new_v`` past a sequence's tokens (the next sequence's, or
 padding that may hold anything) only enter masked tiles: their scores are masked and their values
-zeroed before they meet a visible row.
+zeroed before they meet a visible row.  Under a sliding window (key ``j`` visible to query ``p`` iff
+``p - j < window``, as in the paged kernel) the keys start at the window's lower edge (masked tiles up
+to the last row's window); no key left of the first row's window is loaded.
+Sinks seed the running max and denominator.
 """
 
 import triton
@@ -33,13 +36,18 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 @triton.jit
 def _softmax_pv(acc, l_i, m_i, qk, v, scale, visible, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    # Base-2 online softmax; the scale rides in the exponent's FMA.  A valid row always sees a key
-    # in its first tile, so m never stays -inf for a row that is stored.
+    # Base-2 online softmax; the scale rides in the exponent's FMA.  A masked tile may hide every key
+    # from a row (a window's edge, or a diagonal tile under a window): its max stays -inf and is
+    # taken as 0 for the exponents, so it adds nothing.  Every stored row sees itself.
     if MASKED:
         qk = tl.where(visible, qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1) * scale)
-    p = tl.math.exp2(qk * scale - m_new[:, None])
-    alpha = tl.math.exp2(m_i - m_new)
+    if MASKED:
+        m_exp = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_exp = m_new
+    p = tl.math.exp2(qk * scale - m_exp[:, None])
+    alpha = tl.math.exp2(m_i - m_exp)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
     acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
@@ -48,21 +56,24 @@ def _softmax_pv(acc, l_i, m_i, qk, v, scale, visible, MASKED: tl.constexpr, DOT_
 
 @triton.jit
 def _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt, stride_nvt, kv_col,
-                scale, dims, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, USE_DESC: tl.constexpr,
-                UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    # Keys n0 .. n0 + BLOCK_N - 1 of the block itself; key i of the block is query token i.
+                scale, window, dims, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr,
+                WINDOW_EDGE: tl.constexpr, USE_WINDOW: tl.constexpr,
+                USE_DESC: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Keys n0 .. n0 + BLOCK_N - 1 of the block itself; key i of the block is query token i.  Only a
+    # DIAGONAL tile can reach past the sequence's tokens; a WINDOW_EDGE tile lies left of the block's
+    # first query and only the window hides some of its keys.
     keys = n0 + tl.arange(0, BLOCK_N)
     key_ok = keys < q_len
     if USE_DESC:
         k = new_k.load([q_start + n0, kv_col]).T
         v = new_v.load([q_start + n0, kv_col])
-        if MASKED:
+        if DIAGONAL:
             v = tl.where(key_ok[:, None], v, 0.0)  # the next sequence's rows, or padding
     else:
         rows = (q_start + keys).to(tl.int64)
         k_ptrs = new_k + rows[None, :] * stride_nkt + kv_col + dims[:, None]
         v_ptrs = new_v + rows[:, None] * stride_nvt + kv_col + dims[None, :]
-        if MASKED:
+        if DIAGONAL:
             k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0)
             v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0)
         else:
@@ -72,16 +83,21 @@ def _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, strid
         k = k.to(tl.float32)
         v = v.to(tl.float32)
     qk = tl.dot(q, k, input_precision=DOT_PRECISION)
-    return _softmax_pv(acc, l_i, m_i, qk, v, scale, keys[None, :] <= q_tok[:, None], MASKED, DOT_PRECISION)
+    visible = keys[None, :] <= q_tok[:, None]
+    if USE_WINDOW:
+        in_window = (q_tok[:, None] - keys[None, :]) < window
+        visible = (visible & in_window) if DIAGONAL else in_window
+    return _softmax_pv(acc, l_i, m_i, qk, v, scale, visible, DIAGONAL or WINDOW_EDGE, DOT_PRECISION)
 
 
 @triton.jit
 def extend_attention_kernel(
-    q_ptr, new_k, new_v, out_ptr, seq_lens_ptr, query_start_loc_ptr,
-    scale, num_seqs,
+    q_ptr, new_k, new_v, out_ptr, seq_lens_ptr, query_start_loc_ptr, sinks_ptr,
+    scale, window, num_seqs,
     stride_qt, stride_qh, stride_nkt, stride_nvt, stride_ot, stride_oh,
     HEAD_DIM: tl.constexpr, GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    MIN_QUERY: tl.constexpr, USE_DESC: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    MIN_QUERY: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SINKS: tl.constexpr,
+    USE_DESC: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     head = tl.program_id(0)
     # The last tiles of a causal sequence see the most keys; the GPU starts programs in grid
@@ -108,17 +124,33 @@ def extend_attention_kernel(
         q = q.to(tl.float32)
     scale = scale * LOG2E
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
+    if USE_SINKS:
+        # The sink is one more logit with no value: it seeds the running max and the denominator.
+        m_i = tl.zeros([BLOCK_M], tl.float32) + tl.load(sinks_ptr + head).to(tl.float32) * LOG2E
+        l_i = tl.full([BLOCK_M], 1.0, tl.float32)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
 
     diag = local_tile * BLOCK_M
-    for n0 in range(0, diag, BLOCK_N):
+    full_lo = 0
+    if USE_WINDOW:
+        # Keys every row of the tile sees start at its last row's window; from its first row's window
+        # up to there is the edge, masked.  Tiles stay BLOCK_N-aligned, so both ranges are whole tiles.
+        full_lo = diag - (tl.maximum(diag - tl.maximum(diag + BLOCK_M - window, 0), 0) // BLOCK_N) * BLOCK_N
+        for n0 in range((tl.maximum(diag - window + 1, 0) // BLOCK_N) * BLOCK_N, full_lo, BLOCK_N):
+            acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt,
+                                        stride_nvt, kv_col, scale, window, dims, BLOCK_N, False, True,
+                                        USE_WINDOW, USE_DESC, UPCAST, DOT_PRECISION)
+    for n0 in range(full_lo, diag, BLOCK_N):
         acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt,
-                                    stride_nvt, kv_col, scale, dims, BLOCK_N, False, USE_DESC, UPCAST, DOT_PRECISION)
+                                    stride_nvt, kv_col, scale, window, dims, BLOCK_N, False, False,
+                                    USE_WINDOW, USE_DESC, UPCAST, DOT_PRECISION)
     for n0 in range(diag, tl.minimum(diag + BLOCK_M, q_len), BLOCK_N):
         acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt,
-                                    stride_nvt, kv_col, scale, dims, BLOCK_N, True, USE_DESC, UPCAST, DOT_PRECISION)
+                                    stride_nvt, kv_col, scale, window, dims, BLOCK_N, True, False,
+                                    USE_WINDOW, USE_DESC, UPCAST, DOT_PRECISION)
 
     acc = acc / l_i[:, None]
     o_ptrs = out_ptr + q_rows[:, None] * stride_ot + head * stride_oh + dims[None, :]

@@ -29,6 +29,7 @@ from dflash_rocm_plugin.ops.attention import paged_attention
 from dflash_rocm_plugin.ops.backends import AiterUnavailable
 from dflash_rocm_plugin.ops.backends import status as kernel_paths
 from dflash_rocm_plugin.ops.kv_cache import write_kv_cache
+from dflash_rocm_plugin.ops.launch_config import ExtendLaunch, forced_extend
 from dflash_rocm_plugin.ops.launch_config import may_split as may_split_keys
 from dflash_rocm_plugin.ops.plan import (
     AttentionLaunch,
@@ -74,7 +75,7 @@ __all__ = [
     "fp8_qk_policy", "fp8_qk_covers", "FP8_QK_ENV", "FP8_QK_CHOICES",
     "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",
     "describe_launch", "fp8_dots_choices", "may_split_keys", "LaunchDescription", "AttentionLaunch", "forced_launch",
-    "workspace_floats",
+    "ExtendLaunch", "forced_extend", "workspace_floats",
     "MAX_KV_SPLITS",
     "kernel_paths", "AiterUnavailable",
     "tuned_configs", "tuned_sources", "tuned_bucket", "tuned_document", "read_tuned_file", "tuned_user_path",

@@ -492,9 +492,13 @@ def forced_extend_fields() -> tuple:
 # dense launch costs the host ~60 us more than the paged one (Triton's launch with TMA descriptors; H200
 # host, 93 vs 35 us per eager call), hidden behind the GPU from prompts of about this length on.
 DENSE_MIN_QUERY_LEN = 2048
+# Sliding windows up to this many keys take 64-row tiles: a tile of B rows loads about B + window keys
+# for the window each row sees, so 128-row tiles spend half their dots on masked keys at a 128-key window.
+SMALL_WINDOW = 256
 
 
-def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int | None) -> ExtendLaunch | None:
+def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int | None,
+                  window: int = 0) -> ExtendLaunch | None:
     """The dense-K/V prefill launch for a call whose host bounds its query rows per sequence by
     ``max_query_len``, or None: a call without a bound, or under ``DENSE_MIN_QUERY_LEN`` on a GPU
     (decode, q16 blocks, short prefill chunks).  Its prompts of at least ``block_m`` tokens run dense.
@@ -508,6 +512,12 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     (paged 302 / 317 / 300 / 279; 64 x 64, 4 warps, 3 stages 562 / 555 / 493 / 542; 3 stages of 128 rows
     do not fit).  AMD (no TMA): the 128-row tile of the paged kernel's prefill (``_amd_prefill_warps``),
     1 stage on gfx942 and 2 on gfx950, 32-key tiles for 256-wide heads (LDS); unmeasured.
+
+    Windows up to ``SMALL_WINDOW``: 64 x 64 tiles, 4 warps.  H200, gpt-oss heads (64 / 8 of 64) with sinks and
+    a 128-key window, TFLOP/s of visible keys at 1 x 8K / 4 x 4K / 1 x 32K: 64 x 64 at 3 stages 108 / 103 /
+    113; 128 x 128 at 8 warps 59 / 56 / 61; 128 x 64 at 4 warps 84 / 83 / 87; the paged kernel 92 / 95 / 95.
+    Gemma-4's sliding layers (16 / 8 of 256, a 512-key window) keep 128 x 64 (249 / 278 / 267; 64 x 64 262 /
+    245 / 274; paged 166 / 166 / 174).
     """
     arch = _runtime.gpu_arch(device_index)
     least = DENSE_MIN_QUERY_LEN
@@ -521,6 +531,9 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     else:
         tma = int(arch[3:]) >= 90
         cfg = ExtendLaunch(128, 64, 8, 2, tma) if wide else ExtendLaunch(128, 128, 8, 3, tma)
+    if 0 < window <= SMALL_WINDOW and arch != "cpu":
+        cfg = dataclasses.replace(cfg, block_m=64, block_n=min(cfg.block_n, 64), num_warps=4,
+                                  num_stages=3 if cfg.use_desc else cfg.num_stages)
     if _forced_extend:
         cfg = dataclasses.replace(cfg, **_forced_extend)
     if max_query_len is None or max_query_len < max(least, cfg.block_m):

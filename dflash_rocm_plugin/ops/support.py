@@ -228,13 +228,15 @@ def require(spec: AttentionSpec) -> None:
 EXTEND_HEAD_DIMS = (32, 64, 128, 256)  # 256: Qwen3-Next / Qwen3.5 / Qwen3.6 full-attention layers
 
 
-def extend_problem(*, causal: bool, window: int, softcap: float, sinks: bool, dtype, kv_cache_dtype,
-                   head_dim: int) -> str | None:
-    """Why a call's whole prompts cannot read their keys from the dense new K/V, or None."""
+def extend_problem(*, causal: bool, softcap: float, dtype, kv_cache_dtype, head_dim: int) -> str | None:
+    """Why a call's whole prompts cannot read their keys from the dense new K/V, or None (sliding windows
+    and sinks are served there: gpt-oss, Gemma-4's sliding layers)."""
     if not causal:
         return "non-causal attention (a DFlash draft block reads its context from the pages)"
-    if window or softcap or sinks:
-        return "a sliding window, softcap or sinks"
+    if softcap:
+        # No target of this round caps its attention scores; the tanh overflows gfx942's 256 registers
+        # in the dense tile (tests/core/test_offline_compile.py).
+        return "a softcap"
     if kv_cache_dtype != dtype:
         return f"a {kv_cache_dtype} cache under {dtype} queries (the cache holds other values than the new rows)"
     if head_dim not in EXTEND_HEAD_DIMS:

@@ -38,6 +38,15 @@ def test_bytes_counted_are_those_read():
     assert dataclasses.replace(plain, window=2048).kv_bytes() == 2 * 2 * (2048 + 15) * 2 * 32 * 2
 
 
+def test_workload_cells_take_another_model_s_heads():
+    from dflash_rocm_plugin.bench import shapes
+    work = shapes.WORKLOADS["prefill"]
+    assert {s.model for s in work.shapes([16])} == {"qwen3-8b"}
+    oss = work.shapes([16], window=128, sinks=True, model="gpt-oss-120b")
+    assert [(s.batch, s.context, s.q_len) for s in oss] == [(s.batch, s.context, s.q_len) for s in work.shapes([16])]
+    assert all(s.model == "gpt-oss-120b" and s.window == 128 and s.sinks for s in oss)
+
+
 def test_bench_force_parses_launch_fields_and_names_a_bad_one():
     from dflash_rocm_plugin.bench import cli
     assert cli.parse_forced(["overlap_qk=false", "num_stages=3", "fp8_dots=pv"]) == {
@@ -47,6 +56,12 @@ def test_bench_force_parses_launch_fields_and_names_a_bad_one():
         with pytest.raises(ValueError, match=says):
             cli.parse_forced(bad)
     assert cli.main(["--force", "bogus=1"]) == 2  # before looking for a GPU
+    from dflash_rocm_plugin.ops.launch_config import ExtendLaunch
+    assert cli.parse_forced(["block_n=64", "use_desc=false"], ExtendLaunch, "--force-dense") == {
+        "block_n": 64, "use_desc": False}
+    with pytest.raises(ValueError, match="--force-dense 'overlap_qk=false'"):
+        cli.parse_forced(["overlap_qk=false"], ExtendLaunch, "--force-dense")
+    assert cli.main(["--force-dense", "num_warps=many"]) == 2
     for clash in (["--shapes", "1x4K"], ["--q-len", "8"], ["--targets-only"]):
         assert cli.main(["--workload", "prefill", *clash]) == 2
 

@@ -146,11 +146,46 @@ def test_new_keys_are_what_the_dense_path_reads():
     assert torch.equal(skewed[50:], honest[50:])
 
 
+# --- windows, sinks and softcaps (gpt-oss, Gemma-4's sliding layers) -----------------------------
+
+@pytest.mark.parametrize("window", [1, 15, 16, 17, LONG - 1, LONG, LONG + 1, 3 * LONG - 1, 500])
+def test_sliding_windows_at_tile_edges(window, extend_launches):
+    # Windows under, at and over the interpreter's 16-key tiles and 32-row blocks: the edge ranges
+    # start mid-tile, some rows see no key of an edge tile, a window past the prompt hides nothing.
+    check(build([3 * LONG + 7, LONG + 5, 2 * LONG], [3 * LONG + 7, LONG + 5, 2 * LONG]), sliding_window=window)
+    assert extend_launches
+
+
+@pytest.mark.parametrize("sink_scale", [0.0, 3.0, 30.0, -30.0], ids=["zero", "mild", "dominant", "negligible"])
+def test_sinks(sink_scale, extend_launches):
+    sinks = torch.linspace(-1.0, 1.0, 8) * sink_scale
+    check(build([2 * LONG + 3, LONG], [2 * LONG + 3, LONG], num_q_heads=8, num_kv_heads=2), sinks=sinks)
+    assert extend_launches
+
+
+def test_gpt_oss_layers_sinks_with_and_without_the_window(extend_launches):
+    # gpt-oss: 64-wide heads, GQA 8, sinks on every layer, a 128-key window on every other one
+    # (here a window shorter than the prompts, as 128 is at serving lengths).
+    case = build([3 * LONG, 2 * LONG + 9], [3 * LONG, 2 * LONG + 9], num_q_heads=16, num_kv_heads=2, head_dim=64)
+    sinks = torch.randn(16, generator=torch.Generator().manual_seed(3))
+    check(case, sinks=sinks)
+    check(case, sinks=sinks, sliding_window=LONG + 3)
+    assert len(extend_launches) == 2
+
+
+def test_window_and_sinks_beside_paged_rows(extend_launches):
+    # A windowed step of decodes and chunks over a prefix (paged) beside whole prompts (dense).
+    check(build([1 + 60, 40, 2 * LONG, 30 + LONG, 3 * LONG], [1, 16, 2 * LONG, LONG, 3 * LONG], num_q_heads=4,
+                num_kv_heads=2), sliding_window=LONG + 5, sinks=torch.tensor([0.5, -1.0, 2.0, 0.0]))
+    assert extend_launches
+
+
 # --- calls that stay on the paged kernel ---------------------------------------------------------
 
-@pytest.mark.parametrize("kw", [dict(causal=False), dict(sliding_window=24), dict(softcap=20.0)],
-                         ids=["noncausal", "window", "softcap"])
+@pytest.mark.parametrize("kw", [dict(causal=False), dict(softcap=20.0), dict(softcap=20.0, sliding_window=40)],
+                         ids=["noncausal", "softcap", "softcap-window"])
 def test_features_the_dense_path_leaves_to_pages(kw, extend_launches):
+    # A DFlash draft block reads its context from the pages; no target of this round caps its scores.
     check(build([60, 45], [60, 45]), **kw)
     assert not extend_launches
 
@@ -200,8 +235,13 @@ def test_random_batches(data):
     prefixes = data.draw(st.lists(st.integers(0, 40), min_size=n, max_size=n))
     group = data.draw(st.sampled_from([1, 2, 4]))
     block_size = data.draw(st.sampled_from([1, 16, 32]))
+    kw = {}
+    if data.draw(st.booleans()):
+        kw["sliding_window"] = data.draw(st.integers(1, 3 * LONG))
+    if data.draw(st.booleans()):
+        kw["sinks"] = torch.randn(2 * group, generator=torch.Generator().manual_seed(data.draw(st.integers(0, 9))))
     check(build([q + p for q, p in zip(q_lens, prefixes)], q_lens, num_q_heads=2 * group, num_kv_heads=2,
-                block_size=block_size, seed=data.draw(st.integers(0, 99))))
+                block_size=block_size, seed=data.draw(st.integers(0, 99))), **kw)
 
 
 def test_prepared_calls_keep_the_dense_launch_and_only_for_calls_that_pass_rows(extend_launches):

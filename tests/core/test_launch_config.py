@@ -324,3 +324,7 @@ def test_dense_prompts_launch_only_where_the_host_cost_is_hidden(monkeypatch, ar
     with pytest.raises(ValueError, match="unknown extend launch fields"):
         with launch_config.forced_extend(block_q=64):
             pass
+    # gpt-oss's 128-key windows take 64-row tiles; Gemma-4's 512-key windows keep the prompt's tile.
+    small = launch_config.choose_extend(head_dim=64, max_query_len=least, device_index=0, window=128)
+    assert (small.block_m, small.block_n, small.num_warps, small.use_desc) == (64, 64, 4, tma)
+    assert launch_config.choose_extend(head_dim=256, max_query_len=least, device_index=0, window=512) == wide

@@ -358,15 +358,20 @@ def test_the_tuner_s_prefill_row_candidates_compile_for_every_gpu(monkeypatch):
 
 
 def test_dense_kv_prefill_launch_compiles_for_every_gpu(monkeypatch):
-    # The launch ops.paged_attention(new_keys=...) picks on each GPU, for the head layouts it takes.
+    # The launch ops.paged_attention(new_keys=...) picks on each GPU, for the head layouts it takes: Qwen3,
+    # gpt-oss with sinks and its windowed layers, Qwen3.5's 256-wide full-attention layers, Gemma-4's
+    # windowed 256-wide layers.
     jobs = []
     for arch, (sms, smem) in DEVICES.items():
-        for hq, hkv, d in ((32, 8, 128), (64, 8, 128), (64, 8, 64), (16, 2, 256)):
+        for hq, hkv, d, sinks, window in ((32, 8, 128, False, 0), (64, 8, 128, False, 0), (64, 8, 64, True, 0),
+                                          (64, 8, 64, True, 128), (16, 2, 256, False, 0), (16, 8, 256, False, 512),
+                                          (16, 8, 256, False, 256)):
             with monkeypatch.context() as m:
                 pin_gpu(m, arch, smem, sms)
-                cfg = launch_config.choose_extend(head_dim=d, max_query_len=8192, device_index=0)
+                cfg = launch_config.choose_extend(head_dim=d, max_query_len=8192, device_index=0, window=window)
             jobs.append(dict(kernel="extend", arch=arch, launch=dataclasses.asdict(cfg),
-                             shape=dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d)))
+                             shape=dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, sinks=sinks,
+                                        window=window > 0)))
     for job, result in zip(jobs, offline_compile.run(jobs)):
         assert "error" not in result, (job, result)
         [kernel] = result

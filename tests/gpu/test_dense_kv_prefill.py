@@ -96,3 +96,62 @@ def test_dense_kv_prefill_graph_matches_eager():
     torch.cuda.synchronize()
     assert torch.equal(out, want)
     assert not torch.equal(out, eager)
+
+
+# gpt-oss (sinks on every layer, a 128-key window on every other one) and Gemma-4's sliding layers.
+FEATURES = {
+    "gpt-oss full": ((64, 8, 64), dict(sinks=True)),
+    "gpt-oss windowed": ((64, 8, 64), dict(sinks=True, window=128)),
+    "gemma-4 sliding": ((16, 8, 256), dict(window=512)),
+}
+
+
+@pytest.mark.parametrize("feature", list(FEATURES))
+@pytest.mark.parametrize("name", ["1x4K prompt", "short prompts beside a long one", "mixed"])
+@pytest.mark.parametrize("tma", [True, False], ids=["tma", "pointers"])
+def test_dense_kv_prefill_with_sinks_and_windows_matches_float64(feature, name, tma):
+    (hq, hkv, d), kw = FEATURES[feature]
+    seq_lens, q_lens = CASES[name]
+    q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens, hq=hq, hkv=hkv, d=d, seed=1)
+    sinks = torch.randn(hq, device="cuda") + 1.0 if kw.get("sinks") else None
+    window = kw.get("window")
+    out = torch.full_like(q, float("nan"))
+    with launch_config.forced_extend(use_desc=tma):
+        ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=max(q_lens),
+                            new_keys=nk, new_values=nv, sliding_window=window, sinks=sinks)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all()
+    ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=True,
+                                    sliding_window=window, sinks=None if sinks is None else sinks.cpu())
+    rel = float((out.double().cpu() - ref).norm() / ref.norm())
+    assert rel < 1e-2, rel
+
+
+def test_dense_kv_prefill_with_sinks_and_window_graph_matches_eager():
+    seq_lens, q_lens = CASES["mixed"]
+    q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens, hq=64, hkv=8, d=64)
+    sinks = torch.randn(64, device="cuda")
+    out = torch.full_like(q, float("nan"))
+
+    def call():
+        ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=max(q_lens),
+                            new_keys=nk, new_values=nv, sliding_window=128, sinks=sinks)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    q.copy_(torch.randn_like(q))
+    sinks.mul_(-1.5)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    want = torch.full_like(q, float("nan"))
+    ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=want, max_query_len=max(q_lens),
+                        new_keys=nk, new_values=nv, sliding_window=128, sinks=sinks)
+    torch.cuda.synchronize()
+    assert torch.equal(out, want)

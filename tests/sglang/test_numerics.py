@@ -109,6 +109,26 @@ def test_sliding_window_matches_triton(mode):
     assert (off_by_one - ref).abs().max() > 0.01
 
 
+@pytest.mark.parametrize("window", [6, 37])
+def test_sliding_window_whole_prompts_run_dense_and_match_triton(window, monkeypatch):
+    """Gemma-4 / gpt-oss windowed layers: whole prompts take the dense kernel under the window, beside a
+    chunk over a prefix on the pages."""
+    from dflash_rocm_plugin.ops.backends import triton_extend
+    launched = []
+    real = triton_extend.launch
+    monkeypatch.setattr(triton_extend, "launch", lambda *a, **k: launched.append(a) or real(*a, **k))
+    shape = h.Shape(page_size=16)
+    runner = h.make_runner(shape, sliding_window=window)
+    case = h.build_case(runner, shape, EXTEND, [0, 9, 0], [70, 12, 45], seed=5)
+    layer = h.make_layer(shape, sliding_window=window)
+    plugin, triton, plugin_pool, triton_pool = run_both(runner, shape, case, layer)
+    assert launched, "whole prompts under a window did not take the dense kernel"
+    ref = h.expected(runner, case, shape, causal=True, sglang_window=window)
+    torch.testing.assert_close(plugin.double(), ref, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(plugin.double(), triton.double(), atol=2e-5, rtol=2e-5)
+    assert_pools_equal(plugin_pool, triton_pool)
+
+
 def test_sliding_window_decode_keeps_window_plus_one_keys():
     """Decode uses the same W+1-key rule as extend (HF's window; SGLang's FlashInfer/FA3
     decode rule), not Triton's decode-only min(seq_len, W)."""

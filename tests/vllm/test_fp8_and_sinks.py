@@ -156,6 +156,34 @@ def test_sinks_match_triton_attn_and_reference(engine_config, causal, q_lens, wi
         torch.testing.assert_close(out[:n], their_out[:n], rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("window", [None, 8, 40])
+def test_whole_prompts_with_sinks_run_dense_and_match_triton_attn(engine_config, window, monkeypatch):
+    """gpt-oss prefill: whole prompts read the step's own key/value (the dense kernel) with sinks and a
+    window, beside a decode and a chunk over a prefix (paged)."""
+    from vllm.v1.kv_cache_interface import KVCacheLayout
+    from dflash_rocm_plugin.ops.backends import triton_extend
+
+    launched = []
+    real = triton_extend.launch
+    monkeypatch.setattr(triton_extend, "launch", lambda *a, **k: launched.append(a) or real(*a, **k))
+    sinks = torch.tensor([0.5, -1.0, 2.0, 1.0])
+    ours_builder, ours, theirs_builder, theirs = _pair(engine_config, "auto", sinks=sinks, sliding_window=window)
+    layer = _layer(torch.tensor(1.0), torch.tensor(1.0))
+    batch = kv_batches.build([70, 33, 90, 45], [70, 1, 50, 45], causal=True, layout=KVCacheLayout.LBNHC,
+                             padding_rows=2, seed=4)
+    out = _run(ours_builder, ours, layer, batch, batch.kv_cache.clone(), write=True)
+    assert launched, "whole prompts with sinks did not take the dense kernel"
+    cache = batch.kv_cache.clone()
+    their_out = _run(theirs_builder, theirs, layer, batch, cache, write=True)
+    n = batch.num_tokens
+    k, v = kv_batches.split_kv(cache, D)
+    want = reference.paged_attention(batch.query[:n], k, v, batch.block_table, batch.seq_lens, batch.query_start_loc,
+                                     causal=True, scale=D ** -0.5, sliding_window=window, sinks=sinks)
+    torch.testing.assert_close(out[:n].double(), want, rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(out[:n], their_out[:n], rtol=2e-5, atol=2e-5)
+    assert torch.isnan(out[n:]).all()
+
+
 def test_sinks_loaded_after_the_impl_was_built_are_used(engine_config):
     """vLLM copies the checkpoint's sinks into the parameter after the impl exists."""
     from vllm.v1.kv_cache_interface import KVCacheLayout

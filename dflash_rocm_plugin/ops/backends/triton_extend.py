@@ -27,7 +27,8 @@ def _rows(t: torch.Tensor, tokens: int) -> torch.Tensor:
 
 
 def launch(q: torch.Tensor, out: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
-           new_keys: torch.Tensor, new_values: torch.Tensor, scale: float, cfg: ExtendLaunch) -> None:
+           new_keys: torch.Tensor, new_values: torch.Tensor, sinks: torch.Tensor | None, scale: float,
+           window: int, cfg: ExtendLaunch) -> None:
     tokens, hq, d = q.shape
     num_seqs, hkv = seq_lens.shape[0], new_keys.shape[1]
     keys, values = _rows(new_keys, tokens), _rows(new_values, tokens)
@@ -41,9 +42,9 @@ def launch(q: torch.Tensor, out: torch.Tensor, seq_lens: torch.Tensor, query_sta
     upcast = q.dtype == torch.bfloat16 and _runtime.interpreting()
     grid = (hq, tokens // cfg.block_m + num_seqs)
     _runtime.extend_kernel()[grid](
-        q, keys, values, out, seq_lens, query_start_loc, scale, num_seqs,
+        q, keys, values, out, seq_lens, query_start_loc, q if sinks is None else sinks, scale, window, num_seqs,
         q.stride(0), q.stride(1), new_keys.stride(0), new_values.stride(0), out.stride(0), out.stride(1),
         HEAD_DIM=d, GQA=hq // hkv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        MIN_QUERY=cfg.block_m, USE_DESC=use_desc, UPCAST=upcast,
+        MIN_QUERY=cfg.block_m, USE_WINDOW=window > 0, USE_SINKS=sinks is not None, USE_DESC=use_desc, UPCAST=upcast,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
