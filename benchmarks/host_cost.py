@@ -8,7 +8,8 @@ so the Python path and the Triton launch are paid 36-64 times a step.  For each 
 ``wall_us``: until the GPU finished, per call) and, separately, the GPU time of one call from
 events recorded while the stream is held behind a sleep (so launch gaps are not counted).  Shapes
 (Qwen3-8B heads 32/8/128, bf16, page 16): verify q16 8x4K (split-KV), draft q16 1x4K, decode q1
-64x1K, prefill q=2048 1x2K.  The plugin runs with the direct launch on and off
+64x1K, prefill q=2048 1x2K from the pages and from its own K/V rows (the dense kernel beside the paged
+one, as the hosts' prefill calls it).  The plugin runs with the direct launch on and off
 (``DFLASH_ROCM_DIRECT_LAUNCH``), each in its own process; vLLM's unified_attention (from
 ``benchmarks/get_peers.sh`` sources) runs in the first of them.
 """
@@ -24,11 +25,12 @@ import time
 
 import torch
 
-SHAPES = [  # label, mode, batch, context, q_len
-    ("verify q16 8x4K", "verify", 8, 4096, 16),
-    ("draft q16 1x4K", "draft", 1, 4096, 16),
-    ("decode q1 64x1K", "verify", 64, 1024, 1),
-    ("prefill q2048 1x2K", "verify", 1, 2048, 2048),
+SHAPES = [  # label, mode, batch, context, q_len, whether the call passes its own K/V rows
+    ("verify q16 8x4K", "verify", 8, 4096, 16, False),
+    ("draft q16 1x4K", "draft", 1, 4096, 16, False),
+    ("decode q1 64x1K", "verify", 64, 1024, 1, False),
+    ("prefill q2048 1x2K", "verify", 1, 2048, 2048, False),
+    ("prefill own K/V 1x2K", "verify", 1, 2048, 2048, True),
 ]
 SWITCH = "DFLASH_ROCM_DIRECT_LAUNCH"
 
@@ -56,7 +58,7 @@ def _timed(fn, calls: int) -> dict:
     return dict(issue_us=(issued - t0) / calls * 1e6, wall_us=(done - t0) / calls * 1e6, gpu_us=gpu)
 
 
-def eager_call(mode: str, batch: int, context: int, q_len: int, device):
+def eager_call(mode: str, batch: int, context: int, q_len: int, device, own_kv: bool = False):
     """(shape, case, tensors, keywords) of one Qwen3-8B ``ops.paged_attention`` call as a host makes
     it: page 16, its own output and a workspace sized by ``ops.workspace_floats``."""
     from dflash_rocm_plugin import ops
@@ -70,8 +72,9 @@ def eager_call(mode: str, batch: int, context: int, q_len: int, device):
                                                  max_num_seqs=batch, max_kv_len=context)),
                      dtype=torch.float32, device=device)
     tensors = (case.q, case.k_cache, case.v_cache, case.block_tables[0], case.seq_lens, case.query_start_loc)
+    own = dict(new_keys=case.new_kv[0][0], new_values=case.new_kv[0][1]) if own_kv else {}
     return shape, case, tensors, dict(causal=shape.causal, out=torch.empty_like(case.q), max_query_len=q_len,
-                                      workspace=ws)
+                                      workspace=ws, **own)
 
 
 def child(calls: int, peers_dir: str | None) -> dict:
@@ -86,8 +89,8 @@ def child(calls: int, peers_dir: str | None) -> dict:
         if isinstance(peer, str):
             results["vllm_unified_error"] = peer
             peer = None
-    for label, mode, batch, context, q_len in SHAPES:
-        shape, case, args, kw = eager_call(mode, batch, context, q_len, device)
+    for label, mode, batch, context, q_len, own_kv in SHAPES:
+        shape, case, args, kw = eager_call(mode, batch, context, q_len, device, own_kv)
         hq, hkv, d = shape.heads
         table = case.block_tables[0]
 
@@ -97,7 +100,7 @@ def child(calls: int, peers_dir: str | None) -> dict:
                                      head_dim=d, page_size=16, kv_capacity=table.shape[1] * 16,
                                      causal=shape.causal, max_query_len=q_len, device=device).launch
         row = {"plugin": _timed(plugin, calls), "num_splits": launch.num_splits if launch else None}
-        if peer is not None:
+        if peer is not None and not own_kv:
             try:
                 calls_of_peer, _ = peer(case)
                 row["vllm_unified"] = _timed(calls_of_peer[0], calls)

@@ -170,7 +170,7 @@ def paged_attention(
     if key is None and extend is None:
         backends.run_attention(call, backend)
         return out
-    prepared = backends.Prepared(call, dense=extend)
+    prepared = backends.Prepared(call, dense=extend, new_keys=new_keys, new_values=new_values)
     backends.run_prepared(prepared, backend, q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
                           out, workspace, sinks, k_scale, v_scale, new_keys, new_values)
     call_cache.put(key, prepared)  # after a launch that did not raise

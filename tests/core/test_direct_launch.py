@@ -350,3 +350,71 @@ def test_on_rocm_a_storage_on_the_other_side_of_2_gb_launches_normally(fake_gpu,
     assert run((big, *ptrs[1:])) == "jit"
     assert run((big, *ptrs[1:])) == "direct"
     assert run() == "direct" and len(relaunch.variants) == 2
+
+
+def _dense(window=0, sinks=False):
+    """A whole prompt's call, its prepared dense launch, and its own K/V rows."""
+    from dflash_rocm_plugin.ops import launch_config
+    from dflash_rocm_plugin.ops.backends import triton_extend
+    c = build([70, 40], [70, 40], num_q_heads=4, num_kv_heads=2, head_dim=32)
+    call = AttentionCall(c.q, c.k_cache, c.v_cache, c.block_table, c.seq_lens, c.query_start_loc,
+                         torch.empty_like(c.q), causal=True, scale=0.17, window=window, softcap=0.0,
+                         max_query_len=70, num_kv_splits=None, workspace=None,
+                         sinks=torch.zeros(4) if sinks else None, k_scale=None, v_scale=None, extend_min_q=32)
+    fused = torch.zeros(c.q.shape[0] + 2, 8 * 32)  # q, k and v of a token side by side
+    keys, values = fused[:, 4 * 32:6 * 32].view(-1, 2, 32), fused[:, 6 * 32:].view(-1, 2, 32)
+    cfg = launch_config.ExtendLaunch(32, 16, 4, 1, True)
+    return call, triton_extend.Launch(call, cfg, keys, values), keys, values
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(window=24, sinks=True)], ids=["plain", "window-sinks"])
+def test_dense_launch_fixed_arguments_are_what_tritons_binder_passes(kw):
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import create_function_from_signature
+    call, launch, keys, values = _dense(**kw)
+    jit = _jit(_runtime.extend_kernel())
+    ptrs = (call.q, keys, values, call.out, call.seq_lens, call.query_start_loc,
+            call.q if call.sinks is None else call.sinks)
+    constexprs = dict(launch.constexprs, USE_DESC=False)
+    binder = create_function_from_signature(jit.signature, jit.params, BaseBackend)
+    bound, _, _ = binder(*ptrs, *launch.ints, **constexprs)
+    fixed = triton_direct._fixed_arguments(jit, True, len(ptrs), launch.ints, constexprs)
+    got, want = (*ptrs, *fixed), tuple(bound.values())
+    assert len(got) == len(want)
+    assert all(a is b or (not isinstance(a, torch.Tensor) and a == b and type(a) is type(b))
+               for a, b in zip(got, want))
+
+
+def test_dense_launches_with_tma_descriptors_pass_them_to_the_launcher_as_built(fake_gpu, monkeypatch):
+    """The K/V descriptors are built per call around the rows' addresses and reach the launcher as they
+    are (it encodes them), the other tensors as addresses; a misaligned base takes pointer loads."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    from dflash_rocm_plugin.ops.backends import triton_extend
+    call, launch, keys, values = _dense()
+    log = []
+    fake = FakeJit(_runtime.extend_kernel(), log, "dense")
+    monkeypatch.setattr(_runtime, "extend_kernel", lambda: fake)
+
+    def run(k=keys, v=values):
+        triton_extend.launch(launch, call.q, call.out, call.seq_lens, call.query_start_loc, k, v, None)
+        return log[-1]
+
+    first = run()
+    assert first[0] == "jit" and first[3]["USE_DESC"] is True
+    k_desc, v_desc = first[2][1:3]
+    assert type(k_desc) is TensorDescriptor and k_desc.base is keys
+    assert (k_desc.shape, k_desc.strides, k_desc.block_shape) == ([call.num_tokens, 64], [keys.stride(0), 1], [16, 32])
+    again = run()
+    assert again[0] == "direct"
+    args = again[1][9:]
+    assert type(args[1]) is TensorDescriptor and args[1] is not k_desc and args[1].base is keys
+    assert type(args[2]) is TensorDescriptor and args[2].base is values
+    assert args[0] == call.q.data_ptr() and all(type(a) is int for a in args[3:7])
+    # Rows that start off 16 bytes: pointer loads, their own kernel variant, launched normally first.
+    fused = torch.zeros(keys.shape[0] * 8 * 32 + 1)[1:].view(keys.shape[0], 8 * 32)
+    odd_k, odd_v = fused[:, 4 * 32:6 * 32].view(-1, 2, 32), fused[:, 6 * 32:].view(-1, 2, 32)
+    assert odd_k.stride() == keys.stride() and odd_k.data_ptr() % 16 != 0
+    odd = run(odd_k, odd_v)
+    assert odd[0] == "jit" and odd[3]["USE_DESC"] is False and odd[2][1] is odd_k
+    assert run(odd_k, odd_v)[0] == "direct"
+    assert run()[0] == "direct"

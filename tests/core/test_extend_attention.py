@@ -65,7 +65,7 @@ def extend_launches(monkeypatch):
     real = triton_extend.launch
 
     def counting(*args, **kw):
-        calls.append(args[-1])
+        calls.append(args[0])
         return real(*args, **kw)
     monkeypatch.setattr(triton_extend, "launch", counting)
     return calls

@@ -187,3 +187,26 @@ def test_a_graph_captured_on_direct_launches_replays_like_eager_normal_launches(
     ops.paged_attention(*args, out=want, **kw)
     torch.cuda.synchronize()
     assert torch.equal(out, want)
+
+
+def _own_rows_case(seq_lens, q_lens, hq=32, hkv=8, d=128, unaligned=False):
+    """A prefill call's tensors and its own K/V rows (views of a fused q/k/v buffer, as the hosts pass
+    them); ``unaligned``: the buffer starts 4 bytes past a 16-byte boundary (pointer loads)."""
+    from tests.gpu.test_dense_kv_prefill import _build
+    q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens, hq=hq, hkv=hkv, d=d)
+    if unaligned:
+        nk, nv = _unaligned(nk), _unaligned(nv)
+    return [q, k, v, table, sl, qsl], dict(causal=True, max_query_len=max(q_lens), new_keys=nk, new_values=nv)
+
+
+@pytest.mark.parametrize("feature", ["qwen3", "gpt-oss window and sinks"])
+def test_dense_prefill_relaunches_match_the_normal_launch(monkeypatch, jit_runs, feature):
+    """Whole prompts on the dense kernel (TMA descriptors built per call on Hopper), beside chunks on
+    the paged one; rows at 16-byte aligned addresses alternate with rows that are not (pointer loads)."""
+    heads, extra = ((32, 8, 128), {}) if feature == "qwen3" else (
+        (64, 8, 64), dict(sliding_window=128, sinks=torch.randn(64, device="cuda")))
+    calls = []
+    for unaligned in (False, True, False):
+        args, kw = _own_rows_case([2048, 300, 1500 + 700], [2048, 300, 700], *heads, unaligned=unaligned)
+        calls.append((args, {**kw, **extra}, False))
+    _check(monkeypatch, jit_runs, calls)

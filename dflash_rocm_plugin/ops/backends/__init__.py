@@ -80,10 +80,10 @@ class Prepared:
     __slots__ = ("scale", "window", "softcap", "max_query_len", "num_kv_splits", "causal", "triton", "aiter_may_serve",
                  "dense")
 
-    def __init__(self, call: AttentionCall, dense: ExtendLaunch | None = None):
+    def __init__(self, call: AttentionCall, dense: ExtendLaunch | None = None, new_keys=None, new_values=None):
         # ``dense``: the launch that serves the call's whole prompts from its own K/V (the paged launch,
         # built with ``call.extend_min_q``, skips them); None: the paged kernel serves every row.
-        self.dense = dense
+        self.dense = None if dense is None else triton_extend.Launch(call, dense, new_keys, new_values)
         self.scale, self.window, self.softcap = call.scale, call.window, call.softcap
         self.max_query_len, self.num_kv_splits, self.causal = call.max_query_len, call.num_kv_splits, call.causal
         self.triton = triton.Launch(call)
@@ -102,8 +102,7 @@ def run_prepared(p: Prepared, backend: str | None, q, k_cache, v_cache, block_ta
     if p.dense is not None:
         triton.launch(p.triton, q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, sinks, k_scale,
                       v_scale, workspace)
-        triton_extend.launch(q, out, seq_lens, query_start_loc, new_keys, new_values, sinks, p.scale, p.window,
-                             p.dense)
+        triton_extend.launch(p.dense, q, out, seq_lens, query_start_loc, new_keys, new_values, sinks)
         return triton.NAME
     chosen = policy(backend, ATTENTION_ENV, ATTENTION_CHOICES)
     if chosen == "triton" or (chosen == "auto" and (p.aiter_may_serve is False or not _runtime.is_rocm())):

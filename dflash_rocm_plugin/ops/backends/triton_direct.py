@@ -11,7 +11,10 @@ buffer ops are on, the current device, Triton's debug and instrumentation settin
 arguments ``JITFunction.run`` passes its launcher, each tensor as its address.  A key finer than
 Triton's own only means more normal launches, never another kernel.  The launches of one call
 (attention and split merge) are relaunched together: one reading of the device, stream, hooks and
-settings (``begin``), of the pointers' addresses, one key and one lookup.
+settings (``begin``), of the pointers' addresses, one key and one lookup.  A launch whose kernel takes
+host TMA descriptors (``triton.tools.tensor_descriptor.TensorDescriptor``, built per call around the
+tensors' addresses) passes them to the launcher as they are: it encodes them, and Triton's compile key
+holds only their dtype and block shape, which the prepared launch fixes.
 
 Used only on the Triton releases whose launch convention was read from their source (3.2-3.6),
 never under the interpreter, and only while Triton's pre-run hooks and launch hooks are unset and
@@ -38,6 +41,7 @@ MAX_VARIANTS = 8
 _INT32_MAX = 2**31 - 1
 _MISSING = object()
 _data_ptr = torch.Tensor.data_ptr
+_Tensor = torch.Tensor
 logger = logging.getLogger("dflash_rocm_plugin.launches")
 
 # None: not decided yet; False: off; else the Triton facts the launches need.
@@ -147,12 +151,14 @@ class Relauncher:
     """The prepared launches of one call -- the attention kernel, then the split merge when there is
     one -- relaunched together: one reading of the pointers' addresses, one key, one lookup."""
 
-    __slots__ = ("variants",)
+    __slots__ = ("variants", "descriptors")
 
-    def __init__(self):
+    def __init__(self, descriptors: bool = False):
         # key -> each launch's (launcher, grid x, y, z, function, metadata, take, the arguments after
         # its pointers as the launcher takes them)
         self.variants: dict = {}
+        # Whether some of the pointers are TMA descriptors (passed on as they are).
+        self.descriptors = descriptors
 
     def __call__(self, launches: tuple, pointers: tuple) -> None:
         """Run ``launches`` in order, each ``(jit, grid, take, ints, constexprs)``: ``grid`` has three
@@ -167,8 +173,11 @@ class Relauncher:
                 # address again and have the driver check that the GPU can reach it -- one driver
                 # call per pointer and launch.  The call's validation made those checks when its key
                 # was new, and every tensor's device is in that key.
-                addresses = tuple(map(_data_ptr, pointers))
-                key = self._key(facts, device, options, launches, pointers, addresses)
+                if self.descriptors:
+                    addresses = tuple(_data_ptr(p) if type(p) is _Tensor else p for p in pointers)
+                else:
+                    addresses = tuple(map(_data_ptr, pointers))
+                key = self._key(facts, device, options, launches, pointers, addresses, self.descriptors)
                 kept = self.variants.get(key) if key is not None else None
                 if kept is not None:
                     for run, gx, gy, gz, function, metadata, take, fixed in kept:
@@ -189,7 +198,8 @@ class Relauncher:
                 _stop(exc)
 
     @staticmethod
-    def _key(facts: _Facts, device, options: tuple, launches: tuple, pointers: tuple, addresses: tuple):
+    def _key(facts: _Facts, device, options: tuple, launches: tuple, pointers: tuple, addresses: tuple,
+             descriptors: bool = False):
         debug = ()
         for launch in launches:
             jit = launch[0]
@@ -200,6 +210,9 @@ class Relauncher:
                 if now is not value and now != value:
                     return None  # JITFunction.run raises for this
             debug += (getattr(jit, "debug", None),)
+        if descriptors:  # a descriptor's base is 16-byte aligned (TensorDescriptor checks it)
+            pointers = tuple(p for p in pointers if type(p) is _Tensor)
+            addresses = tuple(a for a in addresses if type(a) is int)
         # Triton specializes each pointer on 16-byte alignment; all aligned is the common case.
         if functools.reduce(operator.or_, addresses, 0) & 15 == 0:
             aligned = True

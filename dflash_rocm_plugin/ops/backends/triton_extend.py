@@ -1,9 +1,14 @@
-"""The dense-K/V prefill kernel's launch (kernels/extend_attention.py) for one validated call.
+"""The dense-K/V prefill kernel's launch (kernels/extend_attention.py), prepared once per call key.
 
 It serves the call's whole prompts of at least ``cfg.block_m`` tokens; the paged kernel, launched
 first for the same call with ``EXTEND_MIN_Q`` set, serves the rest.  The order matters only where the
 paged launch splits its keys (possible under the interpreter's short tiles): its merge then writes
 every row, and this launch's rows overwrite the prompts'.
+
+Like the paged launch it is relaunched without ``JITFunction.run`` on repeat calls
+(``triton_direct.Relauncher``): hosts run prefill attention eagerly once per layer.  On Hopper its K/V
+tiles come through TMA descriptors, built per call around the rows' addresses and handed to Triton's
+launcher, which encodes them.
 """
 
 from __future__ import annotations
@@ -11,40 +16,68 @@ from __future__ import annotations
 import torch
 
 from dflash_rocm_plugin.ops import _runtime
+from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher
+from dflash_rocm_plugin.ops.call import AttentionCall
 from dflash_rocm_plugin.ops.launch_config import ExtendLaunch
 
 # TMA copies need 16-byte aligned bases and row strides.
 _TMA_ALIGN = 16
+_data_ptr = torch.Tensor.data_ptr
 
 
-def _tma_ready(t: torch.Tensor) -> bool:
-    return t.data_ptr() % _TMA_ALIGN == 0 and (t.stride(0) * t.element_size()) % _TMA_ALIGN == 0
+class Launch:
+    """Everything of a call's dense launch that its key decides; the TMA choice waits for the rows'
+    addresses (a misaligned base takes pointer loads)."""
+
+    __slots__ = ("cfg", "grid", "ints", "constexprs", "rows", "tma_strides", "_variants", "_jit")
+
+    def __init__(self, call: AttentionCall, cfg: ExtendLaunch, new_keys: torch.Tensor, new_values: torch.Tensor):
+        self.cfg = cfg
+        q, out = call.q, call.out
+        tokens, hq, d = q.shape
+        hkv = new_keys.shape[1]
+        # The interpreter's bf16 dots are wrong; it runs them in fp32.
+        upcast = q.dtype == torch.bfloat16 and _runtime.interpreting()
+        self.grid = (hq, tokens // cfg.block_m + call.num_seqs, 1)
+        self.ints = (call.scale, call.window, call.num_seqs, q.stride(0), q.stride(1), new_keys.stride(0),
+                     new_values.stride(0), out.stride(0), out.stride(1))
+        self.constexprs = dict(
+            HEAD_DIM=d, GQA=hq // hkv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, MIN_QUERY=cfg.block_m,
+            USE_WINDOW=call.window > 0, USE_SINKS=call.sinks is not None, UPCAST=upcast,
+            DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        # [tokens, kv_heads * head_dim]: each token's heads side by side (support.extend_layout_problem).
+        self.rows = (tokens, hkv * d)
+        size = new_keys.element_size()
+        self.tma_strides = (cfg.use_desc and (new_keys.stride(0) * size) % _TMA_ALIGN == 0
+                            and (new_values.stride(0) * size) % _TMA_ALIGN == 0)
+        self._variants: dict = {}   # use_desc -> (launches, relauncher)
+        self._jit = None
+
+    def _launches(self, use_desc: bool):
+        jit = _runtime.extend_kernel()
+        if jit is not self._jit:  # kernels imported anew (interpreter switched): what was kept is stale
+            self._variants.clear()
+            self._jit = jit
+        found = self._variants.get(use_desc)
+        if found is None:
+            launch = (jit, self.grid, None, self.ints, dict(self.constexprs, USE_DESC=use_desc))
+            found = self._variants[use_desc] = ((launch,), Relauncher(descriptors=use_desc))
+        return found
 
 
-def _rows(t: torch.Tensor, tokens: int) -> torch.Tensor:
-    """``[tokens, kv_heads * head_dim]``: each token's heads side by side (support.extend_layout_problem)."""
-    return t.as_strided((tokens, t.shape[1] * t.shape[2]), (t.stride(0), 1))
-
-
-def launch(q: torch.Tensor, out: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
-           new_keys: torch.Tensor, new_values: torch.Tensor, sinks: torch.Tensor | None, scale: float,
-           window: int, cfg: ExtendLaunch) -> None:
-    tokens, hq, d = q.shape
-    num_seqs, hkv = seq_lens.shape[0], new_keys.shape[1]
-    keys, values = _rows(new_keys, tokens), _rows(new_values, tokens)
-    use_desc = cfg.use_desc and _tma_ready(keys) and _tma_ready(values)
+def launch(prepared: Launch, q: torch.Tensor, out: torch.Tensor, seq_lens: torch.Tensor,
+           query_start_loc: torch.Tensor, new_keys: torch.Tensor, new_values: torch.Tensor,
+           sinks: torch.Tensor | None) -> None:
+    """Run a prepared dense launch on this call's tensors (of the shapes it was prepared for)."""
+    keys, values = new_keys, new_values
+    use_desc = (prepared.tma_strides and _data_ptr(keys) % _TMA_ALIGN == 0
+                and _data_ptr(values) % _TMA_ALIGN == 0)
     if use_desc:
         from triton.tools.tensor_descriptor import TensorDescriptor
-        block = [cfg.block_n, d]
-        keys = TensorDescriptor(keys, list(keys.shape), list(keys.stride()), block)
-        values = TensorDescriptor(values, list(values.shape), list(values.stride()), block)
-    # The interpreter's bf16 dots are wrong; it runs them in fp32.
-    upcast = q.dtype == torch.bfloat16 and _runtime.interpreting()
-    grid = (hq, tokens // cfg.block_m + num_seqs)
-    _runtime.extend_kernel()[grid](
-        q, keys, values, out, seq_lens, query_start_loc, q if sinks is None else sinks, scale, window, num_seqs,
-        q.stride(0), q.stride(1), new_keys.stride(0), new_values.stride(0), out.stride(0), out.stride(1),
-        HEAD_DIM=d, GQA=hq // hkv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        MIN_QUERY=cfg.block_m, USE_WINDOW=window > 0, USE_SINKS=sinks is not None, USE_DESC=use_desc, UPCAST=upcast,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        shape, block = list(prepared.rows), [prepared.cfg.block_n, q.shape[2]]
+        keys = TensorDescriptor(keys, shape, [keys.stride(0), 1], block)
+        values = TensorDescriptor(values, shape, [values.stride(0), 1], block)
+    launches, relaunch = prepared._launches(use_desc)
+    relaunch(launches, (q, keys, values, out, seq_lens, query_start_loc, q if sinks is None else sinks))
+
