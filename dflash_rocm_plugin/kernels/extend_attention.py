@@ -4,7 +4,8 @@ A prefill step's new keys and values are also a dense ``[tokens, kv_heads, head_
 rows the host writes into the paged cache.  A prompt with nothing cached before it has all its keys
 there, so reading them instead of gathering them page by page leaves the hot loop two dots, the
 softmax and one load of fixed stride; on Hopper that load is one TMA copy per tile (USE_DESC:
-host-made tensor descriptors of ``new_k`` / ``new_v``).
+host-made tensor descriptors of ``new_k`` / ``new_v``; DESC_QO: the query tile and every output tile
+that lies inside its sequence move by TMA too).
 
 One program: BLOCK_M consecutive query tokens of one sequence and one query head.  Unlike the
 paged kernel it does not fold the GQA group into its rows: a tile of one head keeps the causal
@@ -92,12 +93,12 @@ def _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, strid
 
 @triton.jit
 def extend_attention_kernel(
-    q_ptr, new_k, new_v, out_ptr, seq_lens_ptr, query_start_loc_ptr, sinks_ptr,
+    q_ptr, q_desc, new_k, new_v, out_ptr, out_desc, seq_lens_ptr, query_start_loc_ptr, sinks_ptr,
     scale, window, num_seqs,
     stride_qt, stride_qh, stride_nkt, stride_nvt, stride_ot, stride_oh,
     HEAD_DIM: tl.constexpr, GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MIN_QUERY: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SINKS: tl.constexpr,
-    USE_DESC: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    USE_DESC: tl.constexpr, DESC_QO: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     head = tl.program_id(0)
     # The last tiles of a causal sequence see the most keys; the GPU starts programs in grid
@@ -118,8 +119,13 @@ def extend_attention_kernel(
     row_ok = q_tok < q_len
     dims = tl.arange(0, HEAD_DIM)
     q_rows = (q_start + q_tok).to(tl.int64)
-    q = tl.load(q_ptr + q_rows[:, None] * stride_qt + head * stride_qh + dims[None, :],
-                mask=row_ok[:, None], other=0.0)
+    first_row = q_start + local_tile * BLOCK_M
+    if DESC_QO:
+        # Rows past the sequence (the next one's, or padding) come along; they are never stored.
+        q = q_desc.load([first_row, head * HEAD_DIM])
+    else:
+        q = tl.load(q_ptr + q_rows[:, None] * stride_qt + head * stride_qh + dims[None, :],
+                    mask=row_ok[:, None], other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
     scale = scale * LOG2E
@@ -152,6 +158,13 @@ def extend_attention_kernel(
                                     stride_nvt, kv_col, scale, window, dims, BLOCK_N, True, False,
                                     USE_WINDOW, USE_DESC, UPCAST, DOT_PRECISION)
 
-    acc = acc / l_i[:, None]
+    o = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
     o_ptrs = out_ptr + q_rows[:, None] * stride_ot + head * stride_oh + dims[None, :]
-    tl.store(o_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+    if DESC_QO:
+        # A TMA store writes the whole tile: only a tile of the sequence's own rows takes it.
+        if local_tile * BLOCK_M + BLOCK_M <= q_len:
+            out_desc.store([first_row, head * HEAD_DIM], o)
+        else:
+            tl.store(o_ptrs, o, mask=row_ok[:, None])
+    else:
+        tl.store(o_ptrs, o, mask=row_ok[:, None])

@@ -471,6 +471,7 @@ class ExtendLaunch:
     num_warps: int
     num_stages: int
     use_desc: bool      # Hopper and later: the block's K/V tiles by TMA copies
+    qo_desc: bool = False  # ... and its query tile and (whole tiles') output by TMA copies too
 
 
 _forced_extend: dict = {}
@@ -489,19 +490,26 @@ def forced_extend_fields() -> tuple:
 
 
 # Host bound on query rows per sequence from which a call on a GPU runs its whole prompts dense: the
-# dense launch costs the host ~60 us more than the paged one (Triton's launch with TMA descriptors; H200
-# host, 93 vs 35 us per eager call), hidden behind the GPU from prompts of about this length on.
+# dense launch is a second launch (a 1 x 2K prompt's eager call: 73 us of host time against the paged
+# call's 61, both under the GPU's 90 / 127 us; H200), hidden behind the GPU from prompts of about this
+# length on ...
 DENSE_MIN_QUERY_LEN = 2048
+# ... and from prompts of this length on Hopper when the step has at least SHORT_PROMPTS_MIN_TOKENS
+# query rows (several such prompts keep the GPU busy for longer than the host takes), in 128 x 64 tiles.
+SHORT_PROMPTS_MIN_QUERY_LEN = 1024
+SHORT_PROMPTS_MIN_TOKENS = 4096
 # Sliding windows up to this many keys take 64-row tiles: a tile of B rows loads about B + window keys
 # for the window each row sees, so 128-row tiles spend half their dots on masked keys at a 128-key window.
 SMALL_WINDOW = 256
 
 
 def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int | None,
-                  window: int = 0) -> ExtendLaunch | None:
-    """The dense-K/V prefill launch for a call whose host bounds its query rows per sequence by
-    ``max_query_len``, or None: a call without a bound, or under ``DENSE_MIN_QUERY_LEN`` on a GPU
-    (decode, q16 blocks, short prefill chunks).  Its prompts of at least ``block_m`` tokens run dense.
+                  window: int = 0, num_tokens: int = 0) -> ExtendLaunch | None:
+    """The dense-K/V prefill launch for a call of ``num_tokens`` query rows whose host bounds its query
+    rows per sequence by ``max_query_len``, or None: a call without a bound, or under
+    ``DENSE_MIN_QUERY_LEN`` on a GPU (decode, q16 blocks, short prefill chunks; on Hopper, steps of
+    ``SHORT_PROMPTS_MIN_TOKENS`` rows go dense from ``SHORT_PROMPTS_MIN_QUERY_LEN``).  Its prompts of at
+    least ``block_m`` tokens run dense.
 
     H200, causal prefill, TFLOP/s, TMA tiles against the paged kernel's rules in one process
     (benchmarks/NOTES.md, "v14 -> v15").  Qwen3-8B heads (32 / 8 of 128): 128 x 128, 8 warps, 3 stages
@@ -518,6 +526,12 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     113; 128 x 128 at 8 warps 59 / 56 / 61; 128 x 64 at 4 warps 84 / 83 / 87; the paged kernel 92 / 95 / 95.
     Gemma-4's sliding layers (16 / 8 of 256, a 512-key window) keep 128 x 64 (249 / 278 / 267; 64 x 64 262 /
     245 / 274; paged 166 / 166 / 174).
+
+    Hopper's tiles also load the query tile and store whole output tiles by TMA (``qo_desc``; "v15 -> v16"):
+    538 / 465 / 564 at 1 x 8K / 4 x 4K / 1 x 32K against 526 / 476 / 548 without.  Short prompts: 16 x 1K
+    (host bound 1024, 16K rows) in 128 x 64 tiles of 4 warps at 2 stages 354, in 128 x 128 tiles 310, the
+    pages 295 (cuDNN 478); 128 x 64 loses on long prompts (495 / 481 / 512), so it serves only host bounds
+    under ``DENSE_MIN_QUERY_LEN``.
     """
     arch = _runtime.gpu_arch(device_index)
     least = DENSE_MIN_QUERY_LEN
@@ -530,7 +544,11 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
                            False)
     else:
         tma = int(arch[3:]) >= 90
-        cfg = ExtendLaunch(128, 64, 8, 2, tma) if wide else ExtendLaunch(128, 128, 8, 3, tma)
+        cfg = ExtendLaunch(128, 64, 8, 2, tma, tma) if wide else ExtendLaunch(128, 128, 8, 3, tma, tma)
+        if (tma and not wide and max_query_len is not None and num_tokens >= SHORT_PROMPTS_MIN_TOKENS
+                and SHORT_PROMPTS_MIN_QUERY_LEN <= max_query_len < least):
+            cfg = ExtendLaunch(128, 64, 4, 2, True, True)
+            least = SHORT_PROMPTS_MIN_QUERY_LEN
     if 0 < window <= SMALL_WINDOW and arch != "cpu":
         cfg = dataclasses.replace(cfg, block_m=64, block_n=min(cfg.block_n, 64), num_warps=4,
                                   num_stages=3 if cfg.use_desc else cfg.num_stages)

@@ -28,17 +28,18 @@ class LaunchDescription:
     dense_launch: launch_config.ExtendLaunch | None = None
 
 
-def dense_kv_launch(*, causal: bool, window: int, softcap: float, dtype, kv_cache_dtype, head_dim: int, max_query_len: int | None,
-                    num_kv_splits: int | None, backend: str, device_index: int | None) -> launch_config.ExtendLaunch | None:
+def dense_kv_launch(*, causal: bool, window: int, softcap: float, dtype, kv_cache_dtype, head_dim: int,
+                    num_tokens: int, max_query_len: int | None, num_kv_splits: int | None, backend: str,
+                    device_index: int | None) -> launch_config.ExtendLaunch | None:
     """The dense-K/V launch a call that passes its own K/V runs its whole prompts in, or None: a call
     ``support.extend_problem`` names, one pinned to AITER or to a split count, or one whose host bound on
     query rows is too short for it (``launch_config.choose_extend``)."""
     if backend == "aiter" or num_kv_splits is not None or support.extend_problem(
-            causal=causal, softcap=softcap, dtype=dtype, kv_cache_dtype=dtype if kv_cache_dtype is None else kv_cache_dtype,
-            head_dim=head_dim):
+            causal=causal, softcap=softcap, dtype=dtype,
+            kv_cache_dtype=dtype if kv_cache_dtype is None else kv_cache_dtype, head_dim=head_dim):
         return None
     return launch_config.choose_extend(head_dim=head_dim, max_query_len=max_query_len, device_index=device_index,
-                                       window=window)
+                                       window=window, num_tokens=num_tokens)
 
 
 def fp8_dots_choices(*, kv_cache_dtype, dtype, causal: bool, device=None) -> tuple[str, ...]:
@@ -76,8 +77,9 @@ def describe_launch(*, num_tokens: int, num_seqs: int, num_q_heads: int, num_kv_
         kv_cache_dtype=kv_cache_dtype, causal=causal)
     floats = workspace.elements(cfg.num_splits, num_tokens, num_q_heads, head_dim) if cfg.num_splits > 1 else 0
     dense = dense_kv_launch(
-        causal=causal, window=sliding_window or 0, softcap=softcap or 0.0, dtype=dtype, kv_cache_dtype=kv_cache_dtype, head_dim=head_dim,
-        max_query_len=max_query_len, num_kv_splits=num_kv_splits,
+        causal=causal, window=sliding_window or 0, softcap=softcap or 0.0, dtype=dtype,
+        kv_cache_dtype=kv_cache_dtype, head_dim=head_dim, num_tokens=num_tokens, max_query_len=max_query_len,
+        num_kv_splits=num_kv_splits,
         backend=backends.policy(backend, backends.ATTENTION_ENV, backends.ATTENTION_CHOICES),
         device_index=index) if new_kv else None
     return LaunchDescription(name, reason, cfg, floats, dense)

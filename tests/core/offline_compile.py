@@ -190,11 +190,12 @@ def extend(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: int
     from dflash_rocm_plugin.kernels import extend_attention
     hq, hkv, d = num_q_heads, num_kv_heads, head_dim
     row = (hq + 2 * hkv) * d  # q, k and v side by side per token, as the hosts' fused projection leaves them
-    values = dict(q_ptr=f"*{dtype}", new_k=f"*{dtype}", new_v=f"*{dtype}", out_ptr=f"*{dtype}",
-                  seq_lens_ptr="*i32", query_start_loc_ptr="*i32", sinks_ptr="*fp32", scale=d ** -0.5,
-                  window=128, num_seqs=3, stride_qt=row, stride_qh=d, stride_nkt=row, stride_nvt=row, stride_ot=hq * d, stride_oh=d)
+    values = dict(q_ptr=f"*{dtype}", q_desc=f"*{dtype}", new_k=f"*{dtype}", new_v=f"*{dtype}",
+                  out_ptr=f"*{dtype}", out_desc=f"*{dtype}", seq_lens_ptr="*i32", query_start_loc_ptr="*i32",
+                  sinks_ptr="*fp32", scale=d ** -0.5, window=128, num_seqs=3, stride_qt=row, stride_qh=d,
+                  stride_nkt=row, stride_nvt=row, stride_ot=hq * d, stride_oh=d)
     consts = dict(HEAD_DIM=d, GQA=hq // hkv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                  MIN_QUERY=cfg.block_m, USE_WINDOW=window, USE_SINKS=sinks, USE_DESC=False,
+                  MIN_QUERY=cfg.block_m, USE_WINDOW=window, USE_SINKS=sinks, USE_DESC=False, DESC_QO=False,
                   UPCAST=False, DOT_PRECISION=None)
     return [_compile(arch, _signature(extend_attention.extend_attention_kernel, values, consts),
                      cfg.num_warps, cfg.num_stages)]

@@ -363,7 +363,7 @@ def _dense(window=0, sinks=False):
                          sinks=torch.zeros(4) if sinks else None, k_scale=None, v_scale=None, extend_min_q=32)
     fused = torch.zeros(c.q.shape[0] + 2, 8 * 32)  # q, k and v of a token side by side
     keys, values = fused[:, 4 * 32:6 * 32].view(-1, 2, 32), fused[:, 6 * 32:].view(-1, 2, 32)
-    cfg = launch_config.ExtendLaunch(32, 16, 4, 1, True)
+    cfg = launch_config.ExtendLaunch(32, 16, 4, 1, True, True)
     return call, triton_extend.Launch(call, cfg, keys, values), keys, values
 
 
@@ -373,9 +373,9 @@ def test_dense_launch_fixed_arguments_are_what_tritons_binder_passes(kw):
     from triton.runtime.jit import create_function_from_signature
     call, launch, keys, values = _dense(**kw)
     jit = _jit(_runtime.extend_kernel())
-    ptrs = (call.q, keys, values, call.out, call.seq_lens, call.query_start_loc,
+    ptrs = (call.q, call.q, keys, values, call.out, call.out, call.seq_lens, call.query_start_loc,
             call.q if call.sinks is None else call.sinks)
-    constexprs = dict(launch.constexprs, USE_DESC=False)
+    constexprs = dict(launch.constexprs, USE_DESC=False, DESC_QO=False)
     binder = create_function_from_signature(jit.signature, jit.params, BaseBackend)
     bound, _, _ = binder(*ptrs, *launch.ints, **constexprs)
     fixed = triton_direct._fixed_arguments(jit, True, len(ptrs), launch.ints, constexprs)
@@ -386,8 +386,9 @@ def test_dense_launch_fixed_arguments_are_what_tritons_binder_passes(kw):
 
 
 def test_dense_launches_with_tma_descriptors_pass_them_to_the_launcher_as_built(fake_gpu, monkeypatch):
-    """The K/V descriptors are built per call around the rows' addresses and reach the launcher as they
-    are (it encodes them), the other tensors as addresses; a misaligned base takes pointer loads."""
+    """The q, K/V and out descriptors are built per call around the tensors' addresses and reach the
+    launcher as they are (it encodes them), the other tensors as addresses; misaligned rows take pointer
+    loads."""
     from triton.tools.tensor_descriptor import TensorDescriptor
     from dflash_rocm_plugin.ops.backends import triton_extend
     call, launch, keys, values = _dense()
@@ -400,21 +401,24 @@ def test_dense_launches_with_tma_descriptors_pass_them_to_the_launcher_as_built(
         return log[-1]
 
     first = run()
-    assert first[0] == "jit" and first[3]["USE_DESC"] is True
-    k_desc, v_desc = first[2][1:3]
+    assert first[0] == "jit" and first[3]["USE_DESC"] is True and first[3]["DESC_QO"] is True
+    q_desc, k_desc, v_desc, out_desc = first[2][1], first[2][2], first[2][3], first[2][5]
     assert type(k_desc) is TensorDescriptor and k_desc.base is keys
     assert (k_desc.shape, k_desc.strides, k_desc.block_shape) == ([call.num_tokens, 64], [keys.stride(0), 1], [16, 32])
+    assert q_desc.base is call.q and out_desc.base is call.out
+    assert (q_desc.shape, q_desc.block_shape) == ([call.num_tokens, 4 * 32], [32, 32])
     again = run()
     assert again[0] == "direct"
     args = again[1][9:]
-    assert type(args[1]) is TensorDescriptor and args[1] is not k_desc and args[1].base is keys
-    assert type(args[2]) is TensorDescriptor and args[2].base is values
-    assert args[0] == call.q.data_ptr() and all(type(a) is int for a in args[3:7])
+    assert all(type(args[i]) is TensorDescriptor for i in (1, 2, 3, 5))
+    assert args[2] is not k_desc and args[2].base is keys and args[3].base is values
+    assert args[0] == call.q.data_ptr() and args[4] == call.out.data_ptr()
+    assert all(type(a) is int for a in args[6:9])
     # Rows that start off 16 bytes: pointer loads, their own kernel variant, launched normally first.
     fused = torch.zeros(keys.shape[0] * 8 * 32 + 1)[1:].view(keys.shape[0], 8 * 32)
     odd_k, odd_v = fused[:, 4 * 32:6 * 32].view(-1, 2, 32), fused[:, 6 * 32:].view(-1, 2, 32)
     assert odd_k.stride() == keys.stride() and odd_k.data_ptr() % 16 != 0
     odd = run(odd_k, odd_v)
-    assert odd[0] == "jit" and odd[3]["USE_DESC"] is False and odd[2][1] is odd_k
+    assert odd[0] == "jit" and odd[3]["USE_DESC"] is False and odd[3]["DESC_QO"] is False and odd[2][2] is odd_k
     assert run(odd_k, odd_v)[0] == "direct"
     assert run()[0] == "direct"

@@ -125,10 +125,13 @@ def test_half_precision(dtype):
     check(build([70, 40], [70, 40], dtype=dtype))
 
 
-def test_tma_descriptor_tiles():
-    # The Hopper path: the block's tiles by tensor descriptors (the interpreter runs them too).
-    with launch_config.forced_extend(use_desc=True):
-        check(build([1, 70, 45, 33], [1, 60, 45, 33], num_q_heads=4, num_kv_heads=2))
+@pytest.mark.parametrize("qo_desc", [False, True], ids=["kv-tiles", "q-kv-out-tiles"])
+def test_tma_descriptor_tiles(qo_desc):
+    # The Hopper path: the block's tiles by tensor descriptors (the interpreter runs them too); a prompt's
+    # last, partial tile stores its rows by pointers (a descriptor would write the next prompt's).
+    with launch_config.forced_extend(use_desc=True, qo_desc=qo_desc):
+        check(build([1, 70, 45, 33, 64], [1, 60, 45, 33, 64], num_q_heads=4, num_kv_heads=2), sinks=torch.zeros(4))
+        check(build([2 * LONG + 5, LONG], [2 * LONG + 5, LONG], num_q_heads=4, num_kv_heads=2), sliding_window=20)
 
 
 def test_scale_is_applied():

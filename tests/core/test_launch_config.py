@@ -306,6 +306,25 @@ def test_reverse_tile_order_is_forced_only(device, arch):
         assert launch_config.choose(**prefill).heavy_first
 
 
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80", "gfx942", "gfx950"])
+def test_short_prompts_go_dense_on_hopper_only_in_steps_of_many_rows(monkeypatch, arch):
+    from tests.core.cases import pin_gpu
+    pin_gpu(monkeypatch, arch, 160 * 1024, 132)
+    short, many = launch_config.SHORT_PROMPTS_MIN_QUERY_LEN, launch_config.SHORT_PROMPTS_MIN_TOKENS
+    cfg = launch_config.choose_extend(head_dim=128, max_query_len=short, device_index=0, num_tokens=many)
+    if arch != "sm_90":
+        assert cfg is None  # unmeasured there: the long-prompt bound holds
+        return
+    assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.use_desc, cfg.qo_desc) == (
+        128, 64, 4, 2, True, True)
+    for kw in (dict(max_query_len=short - 1, num_tokens=many), dict(max_query_len=short, num_tokens=many - 1)):
+        assert launch_config.choose_extend(head_dim=128, device_index=0, **kw) is None
+    assert launch_config.choose_extend(head_dim=256, max_query_len=short, device_index=0, num_tokens=many) is None
+    long = launch_config.choose_extend(head_dim=128, max_query_len=launch_config.DENSE_MIN_QUERY_LEN,
+                                       device_index=0, num_tokens=many)
+    assert (long.block_n, long.num_warps) == (128, 8)  # long prompts keep the 128-key tile
+
+
 @pytest.mark.parametrize("arch, tma", [("sm_90", True), ("sm_100", True), ("sm_80", False), ("gfx942", False),
                                        ("gfx950", False)])
 def test_dense_prompts_launch_only_where_the_host_cost_is_hidden(monkeypatch, arch, tma):

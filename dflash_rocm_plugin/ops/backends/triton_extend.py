@@ -29,7 +29,7 @@ class Launch:
     """Everything of a call's dense launch that its key decides; the TMA choice waits for the rows'
     addresses (a misaligned base takes pointer loads)."""
 
-    __slots__ = ("cfg", "grid", "ints", "constexprs", "rows", "tma_strides", "_variants", "_jit")
+    __slots__ = ("cfg", "grid", "ints", "constexprs", "rows", "tma_strides", "qo_strides", "_variants", "_jit")
 
     def __init__(self, call: AttentionCall, cfg: ExtendLaunch, new_keys: torch.Tensor, new_values: torch.Tensor):
         self.cfg = cfg
@@ -51,18 +51,21 @@ class Launch:
         size = new_keys.element_size()
         self.tma_strides = (cfg.use_desc and (new_keys.stride(0) * size) % _TMA_ALIGN == 0
                             and (new_values.stride(0) * size) % _TMA_ALIGN == 0)
-        self._variants: dict = {}   # use_desc -> (launches, relauncher)
+        # q and out as [tokens, heads * head_dim] tiles: heads side by side, 16-byte row strides.
+        self.qo_strides = (self.tma_strides and cfg.qo_desc and q.stride(1) == d and out.stride(1) == d
+                           and (q.stride(0) * size) % _TMA_ALIGN == 0 and (out.stride(0) * size) % _TMA_ALIGN == 0)
+        self._variants: dict = {}   # (K/V descriptors, q/out descriptors) -> (launches, relauncher)
         self._jit = None
 
-    def _launches(self, use_desc: bool):
+    def _launches(self, kv_desc: bool, qo_desc: bool):
         jit = _runtime.extend_kernel()
         if jit is not self._jit:  # kernels imported anew (interpreter switched): what was kept is stale
             self._variants.clear()
             self._jit = jit
-        found = self._variants.get(use_desc)
+        found = self._variants.get((kv_desc, qo_desc))
         if found is None:
-            launch = (jit, self.grid, None, self.ints, dict(self.constexprs, USE_DESC=use_desc))
-            found = self._variants[use_desc] = ((launch,), Relauncher(descriptors=use_desc))
+            launch = (jit, self.grid, None, self.ints, dict(self.constexprs, USE_DESC=kv_desc, DESC_QO=qo_desc))
+            found = self._variants[kv_desc, qo_desc] = ((launch,), Relauncher(descriptors=kv_desc))
         return found
 
 
@@ -70,14 +73,23 @@ def launch(prepared: Launch, q: torch.Tensor, out: torch.Tensor, seq_lens: torch
            query_start_loc: torch.Tensor, new_keys: torch.Tensor, new_values: torch.Tensor,
            sinks: torch.Tensor | None) -> None:
     """Run a prepared dense launch on this call's tensors (of the shapes it was prepared for)."""
-    keys, values = new_keys, new_values
-    use_desc = (prepared.tma_strides and _data_ptr(keys) % _TMA_ALIGN == 0
-                and _data_ptr(values) % _TMA_ALIGN == 0)
-    if use_desc:
+    keys, values, q_tiles, out_tiles = new_keys, new_values, q, out
+    kv_desc = (prepared.tma_strides and _data_ptr(keys) % _TMA_ALIGN == 0
+               and _data_ptr(values) % _TMA_ALIGN == 0)
+    qo_desc = (kv_desc and prepared.qo_strides and _data_ptr(q) % _TMA_ALIGN == 0
+               and _data_ptr(out) % _TMA_ALIGN == 0)
+    if kv_desc:
         from triton.tools.tensor_descriptor import TensorDescriptor
-        shape, block = list(prepared.rows), [prepared.cfg.block_n, q.shape[2]]
+        d = q.shape[2]
+        shape, block = list(prepared.rows), [prepared.cfg.block_n, d]
         keys = TensorDescriptor(keys, shape, [keys.stride(0), 1], block)
         values = TensorDescriptor(values, shape, [values.stride(0), 1], block)
-    launches, relaunch = prepared._launches(use_desc)
-    relaunch(launches, (q, keys, values, out, seq_lens, query_start_loc, q if sinks is None else sinks))
+        if qo_desc:
+            tokens, heads = q.shape[0], q.shape[1] * d
+            block = [prepared.cfg.block_m, d]
+            q_tiles = TensorDescriptor(q, [tokens, heads], [q.stride(0), 1], block)
+            out_tiles = TensorDescriptor(out, [tokens, heads], [out.stride(0), 1], block)
+    launches, relaunch = prepared._launches(kv_desc, qo_desc)
+    relaunch(launches, (q, q_tiles, keys, values, out, out_tiles, seq_lens, query_start_loc,
+                        q if sinks is None else sinks))
 
