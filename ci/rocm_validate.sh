@@ -170,6 +170,20 @@ for workload in prefill chunked decode gqa8; do
         dflash-rocm bench --workload "$workload" --peers benchmarks/.peers --peer-names sdpa_flash,sdpa_cudnn \
         --json "$OUT/bench-$workload.json"
 done
+# Whole prompts read their own K/V in the dense kernel (the bench passes them); the same prompts from the
+# pages, and the dense path's windows and sinks: gpt-oss (sinks; window 128 on alternate layers) and Gemma-4's
+# sliding layers (256 wide, window 512), each beside its pages-only twin.
+step "kernel benchmark, prefill from the pages only" "$OUT/bench-prefill-paged-only.log" \
+    dflash-rocm bench --workload prefill --paged-only --json "$OUT/bench-prefill-paged-only.json"
+for spec in "gpt-oss-120b --sinks" "gpt-oss-120b --sinks --window 128" "gemma-4-sliding --window 512"; do
+    name=$(echo "$spec" | sed 's/ --/-/g; s/ /-/g')
+    for pages in "" "--paged-only"; do
+        # shellcheck disable=SC2086  # spec and pages are word lists
+        step "kernel benchmark, prefill, $spec${pages:+ $pages}" "$OUT/bench-prefill-$name${pages:+-paged-only}.log" \
+            dflash-rocm bench --workload prefill --models $spec $pages \
+            --json "$OUT/bench-prefill-$name${pages:+-paged-only}.json"
+    done
+done
 # Gemma-4 (26B-A4B layouts): global layers' 512-wide heads (taller tiles of 8 warps), sliding layers' 256-wide
 # with window 1024; Qwen3-Next / Qwen3.5 full-attention layers (16 q / 2 kv heads of 256), q16 and decode.
 step "kernel benchmark, Qwen3-Next / Qwen3.5 full-attention layers (head_dim 256)" "$OUT/bench-qwen3-next.log" \

@@ -54,7 +54,11 @@ def test_dry_run_without_models():
                 "--force fp8_dots=qk_pv --tolerance 0.06", "--force fp8_dots=none --tolerance 0.06",
                 "--force fp8_dots=qk --tolerance 0.06", "tests/gpu/test_fp8_opt_in_launches.py",
                 "+ dflash-rocm bench --models qwen3-next --targets-only", "--models gemma-4-global",
-                "--models qwen3-next --targets-only --pages 16 --force block_n=64"):
+                "--models qwen3-next --targets-only --pages 16 --force block_n=64",
+                "+ dflash-rocm bench --workload prefill --paged-only --json",
+                "+ dflash-rocm bench --workload prefill --models gpt-oss-120b --sinks --window 128 --json",
+                "+ dflash-rocm bench --workload prefill --models gpt-oss-120b --sinks --window 128 --paged-only",
+                "+ dflash-rocm bench --workload prefill --models gemma-4-sliding --window 512 --paged-only"):
         assert cmd in out
     assert "env -u TRITON_INTERPRET" in out  # the kernel tests run natively
     assert "servers: skipped" in out and "vllm serve" not in out
