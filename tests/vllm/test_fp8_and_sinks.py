@@ -134,17 +134,28 @@ def test_fnuz_platform_bytes_are_read_as_fnuz(engine_config, platform_fp8):
     assert (out[:16].double() - as_fn).abs().max() > 0.1
 
 
-@pytest.mark.parametrize("causal,q_lens", [(False, [16, 16, 16]), (True, [16, 1, 7])], ids=["draft", "verify"])
-@pytest.mark.parametrize("window", [None, 8])
-def test_sinks_match_triton_attn_and_reference(engine_config, causal, q_lens, window):
+@pytest.mark.parametrize("causal,seq_lens,q_lens", [
+    (False, [37, 16, 50], [16, 16, 16]), (True, [37, 16, 50], [16, 1, 7]),
+    # gpt-oss prefill: whole prompts read the step's own key/value (the dense kernel) beside a decode
+    # and a chunk over a prefix (paged).
+    (True, [70, 33, 90, 45], [70, 1, 50, 45])], ids=["draft", "verify", "prefill"])
+@pytest.mark.parametrize("window", [None, 8, 40])
+def test_sinks_match_triton_attn_and_reference(engine_config, causal, seq_lens, q_lens, window, monkeypatch):
     from vllm.v1.kv_cache_interface import KVCacheLayout
+    from dflash_rocm_plugin.ops import launch_config
+    from dflash_rocm_plugin.ops.backends import triton_extend
 
+    launched = []
+    real = triton_extend.launch
+    monkeypatch.setattr(triton_extend, "launch", lambda *a, **k: launched.append(a) or real(*a, **k))
     sinks = torch.tensor([0.5, -1.0, 2.0, 1.0])  # per query head, in the scaled-score units
     ours_builder, ours, theirs_builder, theirs = _pair(engine_config, "auto", sinks=sinks, sliding_window=window)
     layer = _layer(torch.tensor(1.0), torch.tensor(1.0))
-    batch = kv_batches.build([37, 16, 50], q_lens, causal=causal, layout=KVCacheLayout.LBNHC, padding_rows=1, seed=9)
+    batch = kv_batches.build(seq_lens, q_lens, causal=causal, layout=KVCacheLayout.LBNHC, padding_rows=2, seed=9)
     cache = batch.kv_cache.clone()
     out = _run(ours_builder, ours, layer, batch, cache, write=True)
+    dense_from = launch_config.choose_extend(head_dim=D, max_query_len=1 << 20, device_index=None).block_m
+    assert bool(launched) == (causal and max(q_lens) >= dense_from), "whole prompts (only they) run dense"
     their_cache = batch.kv_cache.clone()
     their_out = _run(theirs_builder, theirs, layer, batch, their_cache, write=True)
     n = batch.num_tokens
@@ -154,33 +165,6 @@ def test_sinks_match_triton_attn_and_reference(engine_config, causal, q_lens, wi
     torch.testing.assert_close(out[:n].double(), want, rtol=2e-5, atol=2e-5)
     if causal:  # TRITON_ATTN's non-causal window is symmetric (|p - j| < W); causal rows agree
         torch.testing.assert_close(out[:n], their_out[:n], rtol=2e-5, atol=2e-5)
-
-
-@pytest.mark.parametrize("window", [None, 8, 40])
-def test_whole_prompts_with_sinks_run_dense_and_match_triton_attn(engine_config, window, monkeypatch):
-    """gpt-oss prefill: whole prompts read the step's own key/value (the dense kernel) with sinks and a
-    window, beside a decode and a chunk over a prefix (paged)."""
-    from vllm.v1.kv_cache_interface import KVCacheLayout
-    from dflash_rocm_plugin.ops.backends import triton_extend
-
-    launched = []
-    real = triton_extend.launch
-    monkeypatch.setattr(triton_extend, "launch", lambda *a, **k: launched.append(a) or real(*a, **k))
-    sinks = torch.tensor([0.5, -1.0, 2.0, 1.0])
-    ours_builder, ours, theirs_builder, theirs = _pair(engine_config, "auto", sinks=sinks, sliding_window=window)
-    layer = _layer(torch.tensor(1.0), torch.tensor(1.0))
-    batch = kv_batches.build([70, 33, 90, 45], [70, 1, 50, 45], causal=True, layout=KVCacheLayout.LBNHC,
-                             padding_rows=2, seed=4)
-    out = _run(ours_builder, ours, layer, batch, batch.kv_cache.clone(), write=True)
-    assert launched, "whole prompts with sinks did not take the dense kernel"
-    cache = batch.kv_cache.clone()
-    their_out = _run(theirs_builder, theirs, layer, batch, cache, write=True)
-    n = batch.num_tokens
-    k, v = kv_batches.split_kv(cache, D)
-    want = reference.paged_attention(batch.query[:n], k, v, batch.block_table, batch.seq_lens, batch.query_start_loc,
-                                     causal=True, scale=D ** -0.5, sliding_window=window, sinks=sinks)
-    torch.testing.assert_close(out[:n].double(), want, rtol=2e-5, atol=2e-5)
-    torch.testing.assert_close(out[:n], their_out[:n], rtol=2e-5, atol=2e-5)
     assert torch.isnan(out[n:]).all()
 
 
