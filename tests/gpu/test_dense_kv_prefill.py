@@ -33,6 +33,16 @@ def _build(seq_lens, q_lens, page=16, hq=32, hkv=8, d=128, seed=0, pad_rows=8):
     return q, k, v, table, torch.tensor(seq_lens, dtype=torch.int32, device="cuda"), qsl, new_k, new_v
 
 
+def _assert_matches_float64(q, k, v, table, sl, qsl, out, **features):
+    """``out`` is finite and within 1 % (relative norm) of the float64 reference of the causal call."""
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all()
+    cpu = {name: t.cpu() if isinstance(t, torch.Tensor) else t for name, t in features.items()}
+    ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=True, **cpu)
+    rel = float((out.double().cpu() - ref).norm() / ref.norm())
+    assert rel < 1e-2, rel
+
+
 CASES = {
     "1x4K prompt": ([4096], [4096]),
     "chunk 2.5K over 3K": ([3072 + 2500], [2500]),
@@ -53,11 +63,7 @@ def test_dense_kv_prefill_matches_float64(name, tma, heads):
         assert launch_config.choose_extend(head_dim=d, max_query_len=max(q_lens), device_index=0) is not None
         ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=max(q_lens),
                             new_keys=nk, new_values=nv)
-    torch.cuda.synchronize()
-    assert torch.isfinite(out).all()
-    ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=True)
-    rel = float((out.double().cpu() - ref).norm() / ref.norm())
-    assert rel < 1e-2, rel
+    _assert_matches_float64(q, k, v, table, sl, qsl, out)
     # The same call reading every key from the pages agrees as closely.
     paged = ops.paged_attention(q, k, v, table, sl, qsl, causal=True, max_query_len=max(q_lens))
     assert float((out.double() - paged.double()).norm() / paged.double().norm()) < 1e-2
@@ -126,12 +132,7 @@ def test_dense_kv_prefill_with_sinks_and_windows_matches_float64(feature, name, 
     with launch_config.forced_extend(use_desc=tma):
         ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=max(q_lens),
                             new_keys=nk, new_values=nv, sliding_window=window, sinks=sinks)
-    torch.cuda.synchronize()
-    assert torch.isfinite(out).all()
-    ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=True,
-                                    sliding_window=window, sinks=None if sinks is None else sinks.cpu())
-    rel = float((out.double().cpu() - ref).norm() / ref.norm())
-    assert rel < 1e-2, rel
+    _assert_matches_float64(q, k, v, table, sl, qsl, out, sliding_window=window, sinks=sinks)
 
 
 @pytest.mark.parametrize("tma", [True, False], ids=["tma", "pointers"])
@@ -147,8 +148,4 @@ def test_short_prompts_in_a_step_of_many_rows_run_dense(tma):
     with launch_config.forced_extend(use_desc=tma, qo_desc=tma):
         ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=1024,
                             new_keys=nk, new_values=nv)
-    torch.cuda.synchronize()
-    assert torch.isfinite(out).all()
-    ref = reference.paged_attention(q.cpu(), k.cpu(), v.cpu(), table.cpu(), sl.cpu(), qsl.cpu(), causal=True)
-    rel = float((out.double().cpu() - ref).norm() / ref.norm())
-    assert rel < 1e-2, rel
+    _assert_matches_float64(q, k, v, table, sl, qsl, out)
