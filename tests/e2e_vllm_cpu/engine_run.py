@@ -14,7 +14,8 @@ no engine-core subprocess) so the probes below see every call:
   with the layer names that made them; ``kv_updates``: ``do_kv_cache_update`` calls per layer;
 * ``ops_calls``: ``dflash_rocm_plugin.ops.paged_attention`` calls by ``causal`` flag;
   ``ops_sinks``: those that passed ``sinks`` (and with a sliding window), and each distinct
-  sinks vector they passed;
+  sinks vector they passed; ``ops_dense``: launches of the dense-K/V prefill kernel (whole prompts
+  read from the step's own K/V), and those with sinks and with a sliding window;
 * ``metrics``: the engine's spec-decode counters; ``outputs``: greedy token ids per prompt;
   ``counters``: every scalar engine metric (preemptions, prefix-cache queries and hits, ...);
   ``cached_tokens``: prompt tokens each request found in the prefix cache;
@@ -152,6 +153,17 @@ def install_probes(rec: dict) -> None:
 
     timed(ops, "paged_attention", on_attention)
     timed(ops, "write_kv_cache", lambda a, k, r: count("write_kv_cache"))
+
+    from dflash_rocm_plugin.ops.backends import triton_extend
+    dense = rec["ops_dense"] = {"launches": 0, "with_sinks": 0, "windowed": 0}
+
+    def on_dense(args, kwargs, result):
+        # launch(prepared, q, out, seq_lens, query_start_loc, new_keys, new_values, sinks)
+        dense["launches"] += 1
+        dense["with_sinks"] += args[0].constexprs["USE_SINKS"]
+        dense["windowed"] += args[0].constexprs["USE_WINDOW"]
+
+    _wrap(triton_extend, "launch", on_dense)
 
 
 def install_draft_probe(rec: dict) -> None:

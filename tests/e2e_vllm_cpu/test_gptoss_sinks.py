@@ -46,6 +46,10 @@ def test_every_target_layer_passes_its_sinks(engine_runs, checkpoints, variant):
     assert sinks["calls"] == run["ops_calls"]["causal"] == calls["causal"] > 0
     assert sinks["windowed_calls"] * tc.GPTOSS_LAYERS == sinks["calls"]
     assert calls.get("windowed_past_a_block", 0) > 0, "no window-layer step had a whole block before its window"
+    # The 70-token prompt's prefill ran dense in both layers, with the sinks, the window layer windowed.
+    dense = run["ops_dense"]
+    assert dense["with_sinks"] == dense["launches"] >= tc.GPTOSS_LAYERS, dense
+    assert dense["windowed"] * tc.GPTOSS_LAYERS == dense["launches"], dense
     # the loaded values (not the parameter's initial contents), per layer
     assert sorted(sinks["values"]) == sorted(tc.gptoss_sinks(checkpoints["gptoss_target"]))
     assert run["impl_calls"][VLLM_CPU_IMPL]["causal"] == run["impl_calls"][VLLM_CPU_IMPL]["non_causal"] == 0

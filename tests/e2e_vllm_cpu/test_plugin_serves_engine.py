@@ -44,6 +44,9 @@ def test_plugin_serves_causal_target_and_non_causal_draft(engine_runs):
     ops = run["ops_calls"]
     assert (ops["causal"], ops["non_causal"]) == (plugin["causal"], plugin["non_causal"])
     assert run["impl_calls"][VLLM_CPU_IMPL]["causal"] == run["impl_calls"][VLLM_CPU_IMPL]["non_causal"] == 0
+    # The 70-token prompt's prefill read its keys from the step's own K/V (the dense kernel), once per
+    # target layer, and the run stayed lossless (test_dflash_on_plugin.py).
+    assert run["ops_dense"]["launches"] >= TARGET_LAYERS, run["ops_dense"]
 
 
 def test_plugin_writes_target_and_draft_kv(engine_runs):
@@ -71,4 +74,5 @@ def test_without_switch_vllm_cpu_attn_runs(engine_runs, variant):
     assert run["cpu_attn_slot"] == "vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend"
     assert PLUGIN_IMPL not in run["impl_calls"]
     assert run["ops_calls"] == {"causal": 0, "non_causal": 0, "write_kv_cache": 0}
+    assert run["ops_dense"]["launches"] == 0
     assert run["impl_calls"][VLLM_CPU_IMPL]["causal"] > 0
