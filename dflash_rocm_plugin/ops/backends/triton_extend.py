@@ -13,6 +13,9 @@ launcher, which encodes them.
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import torch
 
 from dflash_rocm_plugin.ops import _runtime
@@ -20,9 +23,12 @@ from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher
 from dflash_rocm_plugin.ops.call import AttentionCall
 from dflash_rocm_plugin.ops.launch_config import ExtendLaunch
 
-# TMA copies need 16-byte aligned bases and row strides.
-_TMA_ALIGN = 16
 _data_ptr = torch.Tensor.data_ptr
+
+
+def _aligned(*byte_offsets: int) -> bool:
+    """Every offset a multiple of 16 bytes, as TMA copies need their bases and row strides."""
+    return functools.reduce(operator.or_, byte_offsets) % 16 == 0
 
 
 class Launch:
@@ -49,11 +55,10 @@ class Launch:
         # [tokens, kv_heads * head_dim]: each token's heads side by side (support.extend_layout_problem).
         self.rows = (tokens, hkv * d)
         size = new_keys.element_size()
-        self.tma_strides = (cfg.use_desc and (new_keys.stride(0) * size) % _TMA_ALIGN == 0
-                            and (new_values.stride(0) * size) % _TMA_ALIGN == 0)
+        self.tma_strides = cfg.use_desc and _aligned(new_keys.stride(0) * size, new_values.stride(0) * size)
         # q and out as [tokens, heads * head_dim] tiles: heads side by side, 16-byte row strides.
         self.qo_strides = (self.tma_strides and cfg.qo_desc and q.stride(1) == d and out.stride(1) == d
-                           and (q.stride(0) * size) % _TMA_ALIGN == 0 and (out.stride(0) * size) % _TMA_ALIGN == 0)
+                           and _aligned(q.stride(0) * size, out.stride(0) * size))
         self._variants: dict = {}   # (K/V descriptors, q/out descriptors) -> (launches, relauncher)
         self._jit = None
 
@@ -74,10 +79,8 @@ def launch(prepared: Launch, q: torch.Tensor, out: torch.Tensor, seq_lens: torch
            sinks: torch.Tensor | None) -> None:
     """Run a prepared dense launch on this call's tensors (of the shapes it was prepared for)."""
     keys, values, q_tiles, out_tiles = new_keys, new_values, q, out
-    kv_desc = (prepared.tma_strides and _data_ptr(keys) % _TMA_ALIGN == 0
-               and _data_ptr(values) % _TMA_ALIGN == 0)
-    qo_desc = (kv_desc and prepared.qo_strides and _data_ptr(q) % _TMA_ALIGN == 0
-               and _data_ptr(out) % _TMA_ALIGN == 0)
+    kv_desc = prepared.tma_strides and _aligned(_data_ptr(keys), _data_ptr(values))
+    qo_desc = kv_desc and prepared.qo_strides and _aligned(_data_ptr(q), _data_ptr(out))
     if kv_desc:
         from triton.tools.tensor_descriptor import TensorDescriptor
         d = q.shape[2]
