@@ -30,7 +30,7 @@ Sinks seed the running max and denominator.
 import triton
 import triton.language as tl
 
-from dflash_rocm_plugin.kernels.paged_attention import _find_sequence
+from dflash_rocm_plugin.kernels.paged_attention import _exponent_shift, _find_sequence
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -38,15 +38,12 @@ LOG2E = tl.constexpr(1.4426950408889634)
 @triton.jit
 def _softmax_pv(acc, l_i, m_i, qk, v, scale, visible, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Base-2 online softmax; the scale rides in the exponent's FMA.  A masked tile may hide every key
-    # from a row (a window's edge, or a diagonal tile under a window): its max stays -inf and is
-    # taken as 0 for the exponents, so it adds nothing.  Every stored row sees itself.
+    # from a row (a window's edge, or a diagonal tile under a window): its max stays -inf and the
+    # exponents shift by 0 (_exponent_shift), so it adds nothing.  Every stored row sees itself.
     if MASKED:
         qk = tl.where(visible, qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1) * scale)
-    if MASKED:
-        m_exp = tl.where(m_new == float("-inf"), 0.0, m_new)
-    else:
-        m_exp = m_new
+    m_exp = _exponent_shift(m_new, MASKED)
     p = tl.math.exp2(qk * scale - m_exp[:, None])
     alpha = tl.math.exp2(m_i - m_exp)
     l_i = l_i * alpha + tl.sum(p, 1)

@@ -100,6 +100,15 @@ def _find_sequence(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
+def _exponent_shift(m_new, MASKED: tl.constexpr):
+    """The running max the exponents subtract: in a masked tile a row that has seen no key yet keeps
+    m = -inf, shifted by 0 instead so that exp2(-inf - -inf) never produces NaN."""
+    if MASKED:
+        m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
+    return m_new
+
+
+@triton.jit
 def _tanh(x):
     # Portable across CUDA, HIP and the interpreter (no libdevice).
     e = tl.exp(-2.0 * tl.abs(x))
@@ -201,12 +210,7 @@ def _softmax_pv(acc, l_i, m_i, s, s_scale, pv_like, v_cache_ptr, v_off, key_ok, 
     # each exponent is one FMA: one multiply per score fewer where the loop is ALU-bound (CDNA's
     # VALU; Hopper's compute-bound 128-row tiles).  Masked tiles come scaled (s_scale = 1).
     m_new = tl.maximum(m_i, tl.max(s, 1) * s_scale)
-    if MASKED:
-        # A row that has seen no key yet keeps m = -inf; shift by 0 so that
-        # exp2(-inf - -inf) never produces NaN.
-        m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    else:
-        m_new_safe = m_new
+    m_new_safe = _exponent_shift(m_new, MASKED)
     p = tl.math.exp2(s * s_scale - m_new_safe[:, None])
     alpha = tl.math.exp2(m_i - m_new_safe)
     l_i = l_i * alpha + tl.sum(p, 1)
