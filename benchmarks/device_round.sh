@@ -13,6 +13,9 @@
 #             (e.g. "heavy_first=false"; space-separated for several fields) over AB_RUNS (workload[:model], ...),
 #             on AB_KV caches (bf16 or fp8; default bf16); AB_OTHER=FILE: that version of
 #             kernels/paged_attention.py against this tree's instead (AB_FORCE then optional)
+#   DENSE     the dense-K/V prefill kernel's launch fields (DENSE_FORCES: sets of --force-dense items, one set
+#             per word, items joined by '+'; default the overlapped scores at the chosen tiles and at 128 x 64)
+#             on the prefill workload of Qwen3-8B, Qwen3-Next and gpt-oss heads, cuDNN in each process
 #   NCU       Nsight Compute stall samples of that pair (q16, 32 x 16K window 2048 against 32 x 2064 keys)
 set -u
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -67,6 +70,17 @@ if [[ "${AB:-0}" == 1 ]]; then
         w="${run%%:*}"; m=""; [[ "$run" == *:* ]] && m="${run#*:}"
         timeout 200 python3 benchmarks/launch_ab.py --workload "$w" ${m:+--model "$m"} ${AB_KV:+--kv "$AB_KV"} "${forces[@]}" \
             --json "$OUT/ab-$tag-$w${m:+-$m}.json" 2>&1 | tee -a "$OUT/ab-$tag.txt"
+    done
+fi
+if [[ "${DENSE:-0}" == 1 ]]; then
+    for m in qwen3-8b qwen3-next gpt-oss-120b; do
+        timeout 110 $B --workload prefill --models "$m" --peers benchmarks/.peers --peer-names sdpa_cudnn \
+            --json "$OUT/dense-$m-chosen.json" 2>&1 | tee -a "$OUT/dense.txt"
+        for set in ${DENSE_FORCES:-overlap_qk=true overlap_qk=true+num_stages=2 overlap_qk=true+block_n=64}; do
+            forces=(); for f in ${set//+/ }; do forces+=(--force-dense "$f"); done
+            timeout 80 $B --workload prefill --models "$m" "${forces[@]}" --json "$OUT/dense-$m-${set//[=+]/-}.json" \
+                2>&1 | tee -a "$OUT/dense.txt"
+        done
     done
 fi
 if [[ "${HOSTCOST:-0}" == 1 ]]; then
