@@ -8,7 +8,8 @@
 # Suites (tests/<dir> run in the venv built from ci/envs/<env>.txt):
 #   core      kernels and ops against the float64 reference (Triton interpreter)
 #   demo      tiny end-to-end DFlash decoding + the independent `dflash` reference
-#   vllm      vLLM 0.33 adapter: registration, config resolution, differential numerics
+#   vllm      vLLM 0.34 adapter: registration, config resolution, differential numerics
+#   vllm033   the same tests on vLLM 0.33
 #   sglang    SGLang 0.5.23 adapter: registration, differential numerics, verify-mask trap
 #   hostfix   runtime host fixes against older host releases, and doctor
 #   patches   every diff in patches/ applies to its released host source
@@ -24,6 +25,7 @@ SUITES=(
     "core core tests/core"
     "demo demo tests/demo"
     "vllm vllm tests/vllm"
+    "vllm033 vllm033 tests/vllm"
     "sglang sglang tests/sglang"
     "hostfix hostfix tests/host_fixes"
     "vllm_cpu vllm_cpu tests/e2e_vllm_cpu"

@@ -12,7 +12,7 @@ FIXES = (
         "vllm-project/vllm#39703 (non-causal ROCM_AITER_FA; extend path left causal)",
         aiter_fa_extend.probe, aiter_fa_extend.patch,
         tuple(f"patches/vllm/{v}/0001-rocm-aiter-fa-extend-honours-causal.diff"
-              for v in ("0.20.0", "0.25.0", "0.32.0", "0.33.0"))),
+              for v in ("0.20.0", "0.25.0", "0.32.0", "0.33.0", "0.34.0"))),
     hostfix.Fix(
         noncausal_claims.FIX_ID, "vllm",
         "ROCm backends that claim non-causal support but hard-code causal=True stop claiming it",

@@ -22,8 +22,8 @@ from dflash_rocm_plugin.vllm.names import BACKEND_ENUM_NAME, BACKEND_PATH
 
 logger = logging.getLogger("dflash_rocm_plugin.vllm")
 # (major, minor) releases whose internals this adapter is written and tested against.
-SUPPORTED_VERSIONS = ((0, 32), (0, 33))
-SUPPORTED_RANGE = ">=0.32,<0.34"
+SUPPORTED_VERSIONS = ((0, 32), (0, 33), (0, 34))
+SUPPORTED_RANGE = ">=0.32,<0.35"
 
 _registered = False
 

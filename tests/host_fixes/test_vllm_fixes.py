@@ -1,13 +1,13 @@
 """The vLLM host fixes: probes on the real release sources, patches on stand-ins.
 
 ROCm attention modules do not run on a CPU machine, so the probes' source checks run on
-the files of the published wheels (0.20.0, 0.25.0, 0.32.0, 0.33.0, from the shared wheel
+the files of the published wheels (0.20.0, 0.25.0, 0.32.0, 0.33.0, 0.34.0, from the shared wheel
 cache) and on the same files with this repository's diff applied; the patches run on small
 classes written like those files.  Proves: ROCM_AITER_FA's extend path hard-codes
 causal=True in every checked release and the diff removes exactly that; the runtime patch
 turns that call non-causal only for non-causal metadata inside extend_forward (other
 callers, causal batches and sliding-window layers unchanged); the non-causal-claim probe
-finds no false claim in 0.33.0's ROCM_AITER_UNIFIED_ATTN and does find one shaped like the
+finds no false claim in 0.33.0's and 0.34.0's ROCM_AITER_UNIFIED_ATTN and does find one shaped like the
 state #40176 fixed.
 """
 
@@ -24,7 +24,7 @@ from tests.host_fixes import _releases
 
 AITER_FA = "vllm/v1/attention/backends/rocm_aiter_fa.py"
 UNIFIED = "vllm/v1/attention/backends/rocm_aiter_unified_attn.py"
-VERSIONS = ("0.20.0", "0.25.0", "0.32.0", "0.33.0")
+VERSIONS = ("0.20.0", "0.25.0", "0.32.0", "0.33.0", "0.34.0")
 
 
 def _wheel_file(version, member):
@@ -61,8 +61,9 @@ def test_diff_closes_exactly_the_probed_gap(version, tmp_path):
     assert patched.replace(_extend_forward(patched), "") == src.replace(_extend_forward(src), "")
 
 
-def test_unified_attention_claim_in_0_33_is_honest():
-    src = _wheel_file("0.33.0", UNIFIED)
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_unified_attention_claim_is_honest(version):
+    src = _wheel_file(version, UNIFIED)
     assert "def supports_non_causal" in src and "return False" in src.split("def supports_non_causal")[1][:200]
 
 

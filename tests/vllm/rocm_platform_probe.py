@@ -7,7 +7,8 @@ GPU through it) answers one GPU of ``--arch``, and ``torch.version.hip`` is set.
 vLLM's own: its platform resolution picks ``RocmPlatform`` (or an out-of-tree platform plugin found
 on ``sys.path`` through its ``vllm.platform_plugins`` entry point), ``EngineArgs`` builds the engine
 config with ``--attention-backend rocm_dflash`` and a DFlash draft under ``RocmPlatform``'s config
-hooks, ``DFlashProposer._create_draft_vllm_config`` derives the draft's config, and
+hooks, the DFlash proposer's config derivation (``DFlashProposer._create_draft_vllm_config`` to 0.33,
+``load_dflash_model`` in 0.34) makes the draft's config, and
 ``vllm.v1.attention.selector.get_attn_backend`` -- what every ``Attention`` layer calls -- selects a
 backend for each layer geometry, under the target's config and under the draft's.
 """
@@ -58,6 +59,51 @@ def fake_amdsmi(arch: str) -> types.ModuleType:
     return m
 
 
+def draft_vllm_config(config):
+    """The draft's config as vLLM derives it before building the DFlash model (no model, no device)."""
+    try:
+        from vllm.v1.spec_decode.dflash import DFlashProposer  # 0.32-0.33: model runner V1's proposer
+    except ImportError:
+        DFlashProposer = None
+    if DFlashProposer is not None:
+        proposer = object.__new__(DFlashProposer)
+        proposer.vllm_config, proposer.speculative_config = config, config.speculative_config
+        proposer.dflash_causal = False
+        return DFlashProposer._create_draft_vllm_config(proposer)
+    # 0.34: model runner V2's load_dflash_model derives the config and hands it to get_model; stop there.
+    import contextlib
+    from vllm.v1.worker.gpu.spec_decode.dflash import utils
+    try:
+        import vllm.compilation.backends  # noqa: F401
+    except (ImportError, AttributeError):
+        # It registers passes over vLLM's compiled ops, which this CPU box lacks; load_dflash_model
+        # takes only set_model_tag from it (a name for the draft's compiled graph).
+        stub = types.ModuleType("vllm.compilation.backends")
+        stub.set_model_tag = lambda tag: contextlib.nullcontext()
+        sys.modules["vllm.compilation.backends"] = stub
+
+    class Derived(Exception):
+        pass
+
+    seen = {}
+
+    def stop(*, vllm_config, model_config):
+        seen["config"] = vllm_config
+        raise Derived
+
+    # The load config's pipeline-parallel adjustment asks torch.distributed, which no process here set up;
+    # it changes nothing the attention selection reads.
+    build, pp_safe = utils.get_model, utils.get_pp_safe_draft_load_config
+    utils.get_model, utils.get_pp_safe_draft_load_config = stop, lambda load_config: load_config
+    try:
+        utils.load_dflash_model(None, config)
+    except Derived:
+        pass
+    finally:
+        utils.get_model, utils.get_pp_safe_draft_load_config = build, pp_safe
+    return seen["config"]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--arch", required=True)
@@ -86,7 +132,6 @@ def main(argv=None) -> int:
     from vllm.config import set_current_vllm_config
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.attention import selector
-    from vllm.v1.spec_decode.dflash import DFlashProposer
 
     config = EngineArgs(
         model=f"{a.models}/target", skip_tokenizer_init=True, dtype="bfloat16", max_model_len=256,
@@ -97,10 +142,7 @@ def main(argv=None) -> int:
     rec["target_backend"] = config.attention_config.backend.get_path()
     rec["draft_backend"] = config.speculative_config.attention_backend.get_path()
 
-    proposer = object.__new__(DFlashProposer)  # only the config derivation runs: no model, no device
-    proposer.vllm_config, proposer.speculative_config = config, config.speculative_config
-    proposer.dflash_causal = False
-    draft_config = DFlashProposer._create_draft_vllm_config(proposer)
+    draft_config = draft_vllm_config(config)
     rec["draft_use_non_causal"] = draft_config.attention_config.use_non_causal
 
     def choose(vllm_config, layer):

@@ -57,13 +57,13 @@ def test_out_of_range_version_registers_nothing():
     assert "OK" in proc.stdout
     lines = [ln for ln in proc.stderr.splitlines() if "outside the supported range" in ln]
     assert len(lines) == 1, proc.stderr
-    assert ">=0.32,<0.34" in lines[0] and "0.31.2" in lines[0]
+    assert ">=0.32,<0.35" in lines[0] and "0.31.2" in lines[0]
 
 
 def test_supported_versions():
-    for ok in ("0.33.0", "0.33.2+rocm711", "0.32.0", "0.33.1.dev12+gabc"):
+    for ok in ("0.34.0", "0.33.0", "0.33.2+rocm711", "0.32.0", "0.33.1.dev12+gabc", "0.34.1.dev3+gabc"):
         assert registration.version_supported(ok), ok
-    for bad in ("0.31.9", "0.34.0", "1.0.0", "not-a-version"):
+    for bad in ("0.31.9", "0.35.0", "1.0.0", "not-a-version"):
         assert not registration.version_supported(bad), bad
 
 

@@ -7,7 +7,7 @@
 * ``VLLM_PLUGINS`` without ``rocm_dflash``: vLLM never calls ``register()``; nothing is registered,
   and the adapter's reading of the list (what ``dflash-rocm doctor`` prints) says which variable left
   the plugin out (vLLM itself logs it at DEBUG only).  Listing it registers as usual.
-* A version outside the tested range (a nightly reporting 0.34.0.dev): refused by default, in one
+* A version outside the tested range (a nightly reporting 0.35.0.dev): refused by default, in one
   line naming the opt-in; with ``DFLASH_ROCM_ALLOW_UNTESTED_HOST=1`` registered with one warning
   naming the tested range, and the backend's validation still refuses what it cannot serve.
 
@@ -52,7 +52,7 @@ print("STATE " + json.dumps(state))
 
 # vLLM does not call register() when VLLM_PLUGINS leaves it out; neither may the script.
 NOT_CALLED = "import dflash_rocm_plugin.vllm.registration as _r; _r.register = lambda: None"
-NIGHTLY = "import dflash_rocm_plugin.vllm.registration as _r; _r.host_version = lambda: '0.34.0.dev17+g0123abc'"
+NIGHTLY = "import dflash_rocm_plugin.vllm.registration as _r; _r.host_version = lambda: '0.35.0.dev17+g0123abc'"
 VALIDATE = """
 import torch
 from dflash_rocm_plugin.vllm.backend import RocmDFlashBackend as B
@@ -145,7 +145,7 @@ def test_untested_version_is_refused_by_default(runs):
     assert state["name"] is False and state["custom"] is None and not state["draft_hook"]
     lines = _ours(stderr, "outside the supported range")
     assert len(lines) == 1, stderr[-3000:]
-    assert "vLLM 0.34.0.dev17+g0123abc" in lines[0] and ">=0.32,<0.34" in lines[0]
+    assert "vLLM 0.35.0.dev17+g0123abc" in lines[0] and ">=0.32,<0.35" in lines[0]
     assert "set DFLASH_ROCM_ALLOW_UNTESTED_HOST=1 to register it" in lines[0]
 
 
@@ -154,7 +154,7 @@ def test_untested_version_registers_under_the_opt_in_and_validation_still_guards
     assert _keys(state, REGISTERED) == REGISTERED
     lines = _ours(stderr, "UNTESTED HOST")
     assert len(lines) == 1, stderr[-3000:]
-    assert "vLLM 0.34.0.dev17+g0123abc is outside the tested range >=0.32,<0.34" in lines[0]
+    assert "vLLM 0.35.0.dev17+g0123abc is outside the tested range >=0.32,<0.35" in lines[0]
     assert "DFLASH_ROCM_ALLOW_UNTESTED_HOST=1" in lines[0] and "validates every layer" in lines[0]
     assert not _ours(stderr, "is NOT registered")
     assert state["ok_layer"] == []

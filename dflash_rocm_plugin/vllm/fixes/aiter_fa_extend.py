@@ -4,7 +4,7 @@ vllm-project/vllm#39703 taught ROCM_AITER_FA the DFlash draft's non-causal atten
 (``supports_non_causal() -> True``; pure prefills pass ``causal=attn_metadata.causal``,
 multi-token decodes take a non-causal kvcache kernel) but ``extend_forward`` still calls
 ``flash_attn_varlen_func(..., causal=True)`` for the new tokens of a request with cached
-context (releases 0.20 through 0.33 at least).  A non-causal batch that the builder
+context (releases 0.20 through 0.34 at least).  A non-causal batch that the builder
 classifies as extend (query longer than the decode threshold) is then silently run
 causally: draft quality - tau - drops, outputs stay correct, no test notices.
 
