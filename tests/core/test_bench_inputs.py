@@ -57,10 +57,10 @@ def test_bench_force_parses_launch_fields_and_names_a_bad_one():
             cli.parse_forced(bad)
     assert cli.main(["--force", "bogus=1"]) == 2  # before looking for a GPU
     from dflash_rocm_plugin.ops.launch_config import ExtendLaunch
-    assert cli.parse_forced(["block_n=64", "use_desc=false"], ExtendLaunch, "--force-dense") == {
-        "block_n": 64, "use_desc": False}
-    with pytest.raises(ValueError, match="--force-dense 'overlap_qk=false'"):
-        cli.parse_forced(["overlap_qk=false"], ExtendLaunch, "--force-dense")
+    assert cli.parse_forced(["block_n=64", "use_desc=false", "overlap_qk=true"], ExtendLaunch, "--force-dense") == {
+        "block_n": 64, "use_desc": False, "overlap_qk": True}
+    with pytest.raises(ValueError, match="--force-dense 'fp8_dots=pv'"):
+        cli.parse_forced(["fp8_dots=pv"], ExtendLaunch, "--force-dense")
     assert cli.main(["--force-dense", "num_warps=many"]) == 2
     for clash in (["--shapes", "1x4K"], ["--q-len", "8"], ["--targets-only"]):
         assert cli.main(["--workload", "prefill", *clash]) == 2
