@@ -7,6 +7,7 @@ syncs, no allocation.  That is what makes the path safe to capture in CUDA/HIP g
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -19,6 +20,14 @@ from vllm.v1.attention.backend import (
 )
 
 from dflash_rocm_plugin import ops
+
+
+def max_kv_len(vllm_config, kv_cache_spec) -> int:
+    """A bound on the keys one block-table row of this layer addresses (width x block size), which the
+    split-KV scratch is sized for.  vLLM's model runner rounds each table's width up to a whole multiple
+    of 128 tokens' worth of blocks (lcm(128, block size) tokens: 4224 for the hybrid manager's
+    1056-token blocks), so a table can be wider than a short max_model_len."""
+    return 2 * vllm_config.model_config.max_model_len + math.lcm(128, kv_cache_spec.block_size)
 
 
 @dataclass
@@ -47,13 +56,12 @@ class RocmDFlashMetadataBuilder(AttentionMetadataBuilder[RocmDFlashMetadata]):
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         # One scratch for every batch this builder's layers will run (any mix of query lengths, up
-        # to max_num_seqs requests), allocated before vLLM captures graphs.  The block table's
-        # width x block size never exceeds twice max_model_len.
+        # to max_num_seqs requests), allocated before vLLM captures graphs.
         floats = ops.workspace_floats(
             num_q_heads=vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config),
             num_kv_heads=kv_cache_spec.num_kv_heads, head_dim=kv_cache_spec.head_size,
             max_num_seqs=vllm_config.scheduler_config.max_num_seqs,
-            max_kv_len=2 * vllm_config.model_config.max_model_len, device=device)
+            max_kv_len=max_kv_len(vllm_config, kv_cache_spec), device=device)
         self.workspace = torch.empty(floats, dtype=torch.float32, device=device) if floats else None
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,

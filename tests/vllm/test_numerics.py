@@ -181,6 +181,36 @@ def test_non_causal_really_differs_from_causal(backends, layer):
     assert math.isfinite(float(outs[1].sum()))
 
 
+def _vllm_table_keys(vllm_config, spec) -> int:
+    """Keys one row of vLLM's block table for this layer addresses (width x block size), by vLLM's own
+    functions: the model runner rounds the width up to whole 128-token multiples of blocks."""
+    try:
+        from vllm.v1.kv_cache_interface import get_block_table_width  # 0.34
+    except ImportError:
+        from vllm.v1.worker.block_table import get_block_table_width  # 0.33
+    blocks = spec.max_num_blocks_per_req(vllm_config, vllm_config.model_config.max_model_len)
+    return get_block_table_width(blocks, spec.block_size, token_alignment=spec.block_table_token_alignment) \
+        * spec.block_size
+
+
+@pytest.mark.parametrize("max_model_len", [64, 100, 1000, 2048, 4100])
+@pytest.mark.parametrize("block_size", [16, 32, 544, 592, 1056])
+def test_the_scratch_bound_covers_vllms_block_table_rows(engine_config, max_model_len, block_size):
+    """The builder sizes its split-KV scratch for rows of up to metadata.max_kv_len keys; a row of the
+    table vLLM hands it may not be longer, or a long-context decode would find the scratch too small
+    (hybrid blocks of 1056 tokens: rows of 4224 keys under max_model_len 1000)."""
+    import copy
+
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    from dflash_rocm_plugin.vllm import metadata
+    config = copy.copy(engine_config)
+    config.model_config = copy.copy(engine_config.model_config)
+    config.model_config.max_model_len = max_model_len
+    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=2, head_size=128, dtype=torch.bfloat16)
+    assert _vllm_table_keys(config, spec) <= metadata.max_kv_len(config, spec)
+
+
 def test_split_kv_decode_uses_the_builders_workspace(backends, layer, monkeypatch):
     """Long-context decode takes the split-KV path through the scratch the builder allocated
     when it was made (sized by ops for every batch), so the forward allocates nothing: what full
