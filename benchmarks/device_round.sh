@@ -14,7 +14,7 @@
 #             on AB_KV caches (bf16 or fp8; default bf16); AB_OTHER=FILE: that version of
 #             kernels/paged_attention.py against this tree's instead (AB_FORCE then optional)
 #   DENSE     the dense-K/V prefill kernel's launch fields (DENSE_FORCES: sets of --force-dense items, one set
-#             per word, items joined by '+'; default the overlapped scores at the chosen tiles and at 128 x 64)
+#             per word, items joined by '+'; default the overlapped scores at the chosen tiles, at 2 stages and in 64-key tiles)
 #             on the prefill workload of Qwen3-8B, Qwen3-Next and gpt-oss heads, cuDNN in each process
 #   NCU       Nsight Compute stall samples of that pair (q16, 32 x 16K window 2048 against 32 x 2064 keys)
 set -u
