@@ -10,7 +10,8 @@
 #   WIDE      256- and 512-wide heads (Qwen3-Next / Qwen3.5, Gemma-4 layouts): q16 and decode beside vLLM
 #   PARITY    the windowed draft against the same keys, interleaved in one process (window_parity.py)
 #   AB        one launch choice against the chosen launch, interleaved in one process (launch_ab.py): AB_FORCE
-#             (e.g. "heavy_first=false"; space-separated for several fields) over AB_RUNS (workload[:model], ...),
+#             (e.g. "heavy_first=false"; space-separated for several fields) and/or AB_FORCE_DENSE (the dense-K/V
+#             prefill kernel's fields, e.g. "overlap_qk=true": its prompts then carry their own K/V) over AB_RUNS (workload[:model], ...),
 #             on AB_KV caches (bf16 or fp8; default bf16); AB_OTHER=FILE: that version of
 #             kernels/paged_attention.py against this tree's instead (AB_FORCE then optional)
 #   DENSE     the dense-K/V prefill kernel's launch fields (DENSE_FORCES: sets of --force-dense items, one set
@@ -63,9 +64,11 @@ if [[ "${WORKLOADS:-0}" == 1 ]]; then
 fi
 if [[ "${AB:-0}" == 1 ]]; then
     forces=(); for f in ${AB_FORCE:-}; do forces+=(--force "$f"); done
+    for f in ${AB_FORCE_DENSE:-}; do forces+=(--force-dense "$f"); done
     [[ -n "${AB_OTHER:-}" ]] && forces+=(--other-kernel "$AB_OTHER")
-    [[ ${#forces[@]} -gt 0 ]] || { echo "AB needs AB_FORCE or AB_OTHER" >&2; exit 2; }
-    tag="${AB_FORCE:-other-kernel}"; tag="${tag// /-}"; tag="${tag//=/-}${AB_KV:+-$AB_KV}"
+    [[ ${#forces[@]} -gt 0 ]] || { echo "AB needs AB_FORCE, AB_FORCE_DENSE or AB_OTHER" >&2; exit 2; }
+    tag="${AB_FORCE:-}${AB_FORCE_DENSE:+${AB_FORCE:+-}dense-$AB_FORCE_DENSE}"; tag="${tag:-other-kernel}"
+    tag="${tag// /-}"; tag="${tag//=/-}${AB_KV:+-$AB_KV}"
     for run in ${AB_RUNS:-prefill chunked decode gqa8 gqa8:qwen3-8b}; do
         w="${run%%:*}"; m=""; [[ "$run" == *:* ]] && m="${run#*:}"
         timeout 200 python3 benchmarks/launch_ab.py --workload "$w" ${m:+--model "$m"} ${AB_KV:+--kv "$AB_KV"} "${forces[@]}" \
