@@ -1,8 +1,10 @@
 """Direct launches (ops/backends/triton_direct.py), the parts that exist without a GPU.
 
 * the arguments after the pointers are exactly those Triton's own binder (the installed release,
-  which passes every parameter in order, as 3.3-3.6 do) gives the launcher, for the real kernels;
-* the switch, the interpreter and releases outside 3.2-3.6 keep the normal launch;
+  which passes every parameter in order, as 3.3-3.9 do) gives the launcher, for the real kernels;
+* the switch, the interpreter and releases outside 3.2-3.9 keep the normal launch;
+* the settings each release's ``JITFunction.run`` compiles with, and 3.7+'s pass-pipeline hook, are
+  read from the installed release's own source and followed by the key;
 * the keying and the fallback, with the compiled kernel and the driver stood in for (they need a
   GPU): a repeat call with the same alignments launches the kept kernel with the same arguments
   (tensors as their addresses), another alignment or device launches normally, set launch hooks
@@ -103,8 +105,9 @@ def test_the_interpreter_the_switch_and_other_releases_launch_normally(monkeypat
     assert not triton_direct.enabled()  # interpreting
     monkeypatch.setattr(_runtime, "interpreting", lambda: False)
     for version, switch, on in [("3.6.0", None, True), ("3.2.0", None, True), ("3.4.1", "1", True),
+                                ("3.7.1", None, True), ("3.8.0", None, True), ("3.9.0", None, True),
                                 ("3.6.0", "0", False), ("3.6.0", "off", False), ("3.1.0", None, False),
-                                ("3.7.0", None, False), ("", None, False)]:
+                                ("3.10.0", None, False), ("4.0.0", None, False), ("", None, False)]:
         monkeypatch.setattr(triton, "__version__", version)
         if switch is None:
             monkeypatch.delenv(triton_direct.SWITCH, raising=False)
@@ -114,7 +117,7 @@ def test_the_interpreter_the_switch_and_other_releases_launch_normally(monkeypat
         assert triton_direct.enabled() is on, (version, switch)
         state = triton_direct.state()
         assert state["direct"] is on
-        says = "directly" if on else (f"{triton_direct.SWITCH}={switch}" if switch else "3.2-3.6 only")
+        says = "directly" if on else (f"{triton_direct.SWITCH}={switch}" if switch else "3.2-3.9 only")
         assert says in state["reason"], (version, switch, state)
 
 
@@ -176,6 +179,10 @@ def test_repeat_calls_launch_the_kept_kernel_and_anything_new_launches_normally(
 
     assert run() == "jit"
     assert run() == "direct"
+    # The compiled kernel is held with its launcher: from Triton 3.8 on, a collected one unloads
+    # its module, and with it the function handle a direct launch passes.
+    (kept,), = relaunch.variants.values()
+    assert isinstance(kept[-1], FakeCompiled) and kept[4] == kept[-1].function
     fixed = triton_direct._fixed_arguments(jit, True, len(ptrs), launch.ints, launch.constexprs)
     # Each tensor as its address: the launcher then makes no driver call per pointer.
     addresses = tuple(p.data_ptr() for p in ptrs)
@@ -224,9 +231,10 @@ def test_the_key_follows_tritons_settings_and_on_rocm_its_buffer_ops_switch():
     """JITFunction.run compiles anew when TRITON_DEBUG or the instrumentation mode changes, and on ROCm
     a pointer's storage size is part of its specialization only while buffer ops are on."""
     knobs = types.SimpleNamespace(runtime=types.SimpleNamespace(debug=False),
-                                  compilation=types.SimpleNamespace(instrumentation_mode="off"),
+                                  compilation=types.SimpleNamespace(instrumentation_mode="off",
+                                                                    fpsan_homomorphic_casts=False),
                                   amd=types.SimpleNamespace(use_buffer_ops=True))
-    facts = types.SimpleNamespace(knobs=knobs, instrumentation=True, rocm=True)
+    facts = types.SimpleNamespace(knobs=knobs, instrumentation=True, fpsan_casts=True, rocm=True)
     seen = {triton_direct._Facts.options(facts)}
     knobs.amd.use_buffer_ops = False
     seen.add(triton_direct._Facts.options(facts))
@@ -234,12 +242,60 @@ def test_the_key_follows_tritons_settings_and_on_rocm_its_buffer_ops_switch():
     seen.add(triton_direct._Facts.options(facts))
     knobs.compilation.instrumentation_mode = "fpsan"
     seen.add(triton_direct._Facts.options(facts))
-    assert len(seen) == 4
+    knobs.compilation.fpsan_homomorphic_casts = True
+    seen.add(triton_direct._Facts.options(facts))
+    assert len(seen) == 5
     facts.rocm = False  # NVIDIA has no buffer ops: the switch is not read
     knobs.amd.use_buffer_ops = True
     on = triton_direct._Facts.options(facts)
     knobs.amd.use_buffer_ops = False
     assert triton_direct._Facts.options(facts) == on
+
+
+def _installed_facts():
+    import re
+
+    import triton
+    version = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", triton.__version__).groups())
+    assert (3, 2) <= version <= (3, 9), f"read Triton {triton.__version__}'s launch path before widening the range"
+    return triton_direct._Facts(version)
+
+
+def test_the_key_holds_every_setting_the_installed_triton_compiles_with(monkeypatch):
+    """Each option ``JITFunction.run`` of the installed release adds from Triton's settings (read from
+    its source: debug, the instrumentation mode, 3.9's fpsan casts) changes the key when it changes."""
+    import inspect
+    import re
+
+    from triton import knobs
+    from triton.runtime.jit import JITFunction
+    source = inspect.getsource(JITFunction.run)
+    added = re.findall(r'kwargs\["(\w+)"\]\s*=.*knobs\.(\w+)\.(\w+)', source)
+    assert {name for name, _, _ in added} >= {"debug", "instrumentation_mode"}
+    facts = _installed_facts()
+    for name, group, knob in added:
+        before = facts.options()
+        was = getattr(getattr(knobs, group), knob)
+        monkeypatch.setattr(getattr(knobs, group), knob, "fpsan" if isinstance(was, str) else not was)
+        assert facts.options() != before, name
+        monkeypatch.setattr(getattr(knobs, group), knob, was)
+        assert facts.options() == before, name
+
+
+def test_a_pass_pipeline_hook_launches_normally_where_the_installed_triton_keys_on_it(monkeypatch):
+    """3.7+ put ``knobs.runtime.add_stages_inspection_hook`` in a kernel's key: while one is set the
+    kept kernel may not be the one ``JITFunction.run`` would launch."""
+    import inspect
+
+    from triton import knobs
+    from triton.runtime.jit import JITFunction
+    facts = _installed_facts()
+    keyed = "add_stages_inspection_hook" in inspect.getsource(JITFunction.run)
+    assert facts.stages_hook is keyed
+    assert facts.hooks_unset()
+    if keyed:
+        monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", lambda: ("key", "hash"))
+        assert not facts.hooks_unset()
 
 
 def test_the_split_merge_is_launched_on_three_grid_sizes():

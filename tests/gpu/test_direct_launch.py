@@ -46,7 +46,7 @@ def _switch(monkeypatch, on: bool):
     call_cache.clear()
     if on and not triton_direct.enabled():
         import triton
-        pytest.skip(f"direct launches are off for Triton {triton.__version__} (3.2-3.6 only)")
+        pytest.skip(f"direct launches are off for Triton {triton.__version__} (3.2-3.9 only)")
 
 
 def _case(batch, ctx, q_len, page=16, hq=32, hkv=8, d=128, layout="plain", seq_lens=None, seed=0,

@@ -16,9 +16,9 @@ host TMA descriptors (``triton.tools.tensor_descriptor.TensorDescriptor``, built
 tensors' addresses) passes them to the launcher as they are: it encodes them, and Triton's compile key
 holds only their dtype and block shape, which the prepared launch fixes.
 
-Used only on the Triton releases whose launch convention was read from their source (3.2-3.6),
-never under the interpreter, and only while Triton's pre-run hooks and launch hooks are unset and
-the kernel's globals are unchanged; anything else, or any error, takes the normal launch (an error
+Used only on the Triton releases whose launch convention was read from their source (3.2-3.9),
+never under the interpreter, and only while Triton's pre-run hooks, launch hooks and (3.7+) pass
+pipeline hook are unset and the kernel's globals are unchanged; anything else, or any error, takes the normal launch (an error
 also ends direct launches for the process, with one warning).  ``DFLASH_ROCM_DIRECT_LAUNCH=0``
 switches it off.
 """
@@ -57,8 +57,12 @@ class _Facts:
     def __init__(self, version: tuple[int, int]):
         from triton.runtime.driver import driver
         self.driver = driver
-        # 3.2 passes only the non-constexpr arguments; 3.3-3.6 every parameter in order.
+        # 3.2 passes only the non-constexpr arguments; 3.3-3.9 every parameter in order.
         self.all_params = version >= (3, 3)
+        # 3.7+ key a kernel on the hook that adds passes to its pipeline (knobs.runtime).
+        self.stages_hook = version >= (3, 7)
+        # 3.9 adds the float sanitizer's cast setting to the compile options.
+        self.fpsan_casts = version >= (3, 9)
         self.hook_chain = None
         if version >= (3, 4):
             from triton import knobs
@@ -79,17 +83,21 @@ class _Facts:
         # 3.5+: chains of hooks, called only when they hold some.
         chain = self.hook_chain
         return ((enter is None or (type(enter) is chain and not enter.calls))
-                and (leave is None or (type(leave) is chain and not leave.calls)))
+                and (leave is None or (type(leave) is chain and not leave.calls))
+                and not (self.stages_hook and self.knobs.runtime.add_stages_inspection_hook is not None))
 
     def options(self) -> tuple:
         """The process-wide run-time settings ``JITFunction.run`` adds to the compile options (each
         kernel's own ``debug`` joins them in the key)."""
         if self.knobs is None:
             return (os.environ.get("TRITON_DEBUG", "0") == "1",)
-        mode = self.knobs.compilation.instrumentation_mode if self.instrumentation else None
+        compilation = self.knobs.compilation
+        mode = compilation.instrumentation_mode if self.instrumentation else None
+        casts = compilation.fpsan_homomorphic_casts if self.fpsan_casts else None
         if self.rocm:  # ROCm specializes a pointer on its storage's size only while buffer ops are on
-            return (self.knobs.runtime.debug, mode, getattr(getattr(self.knobs, "amd", None), "use_buffer_ops", None))
-        return (self.knobs.runtime.debug, mode)
+            return (self.knobs.runtime.debug, mode, casts,
+                    getattr(getattr(self.knobs, "amd", None), "use_buffer_ops", None))
+        return (self.knobs.runtime.debug, mode, casts)
 
 
 def _load():
@@ -106,11 +114,11 @@ def _load():
         text = str(getattr(triton, "__version__", ""))
         m = re.match(r"(\d+)\.(\d+)", text)
         version = (int(m.group(1)), int(m.group(2))) if m else None
-        if version is not None and (3, 2) <= version <= (3, 6):
+        if version is not None and (3, 2) <= version <= (3, 9):
             _facts = _Facts(version)
             _off_reason = None
         else:
-            _off_reason = f"Triton {text or '(unknown version)'}: its launch convention is known for 3.2-3.6 only"
+            _off_reason = f"Triton {text or '(unknown version)'}: its launch convention is known for 3.2-3.9 only"
     except Exception as exc:  # noqa: BLE001 - an unexpected Triton: the normal launch
         _off_reason = f"{type(exc).__name__}: {exc}"
         logger.info("direct Triton launches off: %s", exc)
@@ -155,7 +163,7 @@ class Relauncher:
 
     def __init__(self, descriptors: bool = False):
         # key -> each launch's (launcher, grid x, y, z, function, metadata, take, the arguments after
-        # its pointers as the launcher takes them)
+        # its pointers as the launcher takes them, the compiled kernel)
         self.variants: dict = {}
         # Whether some of the pointers are TMA descriptors (passed on as they are).
         self.descriptors = descriptors
@@ -180,7 +188,7 @@ class Relauncher:
                 key = self._key(facts, device, options, launches, pointers, addresses, self.descriptors)
                 kept = self.variants.get(key) if key is not None else None
                 if kept is not None:
-                    for run, gx, gy, gz, function, metadata, take, fixed in kept:
+                    for run, gx, gy, gz, function, metadata, take, fixed, _ in kept:
                         run(gx, gy, gz, stream, function, metadata, None, None, None,
                             *(addresses if take is None else take(addresses)), *fixed)
                     return
@@ -229,8 +237,10 @@ class Relauncher:
                       for jit, _, take, ints, constexprs in launches)
         if any(f is None for f in fixed):
             return
-        # ``run`` is read now, once: the compiled kernel built its launcher at its first launch.
-        self.variants[key] = tuple((c.run, *launch[1], c.function, c.packed_metadata, launch[2], f)
+        # ``run`` is read now, once: the compiled kernel built its launcher at its first launch.  The
+        # compiled kernel itself is kept too: from 3.8 on, one that is collected unloads its module,
+        # and with it the function handle kept here.
+        self.variants[key] = tuple((c.run, *launch[1], c.function, c.packed_metadata, launch[2], f, c)
                                    for c, launch, f in zip(compiled, launches, fixed))
 
 
