@@ -261,6 +261,15 @@ def _installed_facts():
     return triton_direct._Facts(version)
 
 
+def test_the_installed_triton_launches_directly(monkeypatch):
+    """Whatever Triton this environment's torch brings (3.9 here; 3.8 with the torch builds vLLM and
+    SGLang pin, where tests/vllm runs this again) keeps repeat calls on the direct launch."""
+    monkeypatch.setattr(_runtime, "interpreting", lambda: False)
+    monkeypatch.delenv(triton_direct.SWITCH, raising=False)
+    triton_direct.reset()
+    assert triton_direct.enabled(), triton_direct.state()
+
+
 def test_the_key_holds_every_setting_the_installed_triton_compiles_with(monkeypatch):
     """Each option ``JITFunction.run`` of the installed release adds from Triton's settings (read from
     its source: debug, the instrumentation mode, 3.9's fpsan casts) changes the key when it changes."""
