@@ -18,9 +18,9 @@ holds only their dtype and block shape, which the prepared launch fixes.
 
 Used only on the Triton releases whose launch convention was read from their source (3.2-3.9),
 never under the interpreter, and only while Triton's pre-run hooks, launch hooks and (3.7+) pass
-pipeline hook are unset and the kernel's globals are unchanged; anything else, or any error, takes the normal launch (an error
-also ends direct launches for the process, with one warning).  ``DFLASH_ROCM_DIRECT_LAUNCH=0``
-switches it off.
+pipeline hook are unset and the kernel's globals are unchanged; anything else, or any error, takes
+the normal launch (an error also ends direct launches for the process, with one warning).
+``DFLASH_ROCM_DIRECT_LAUNCH=0`` switches it off.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ import torch
 from dflash_rocm_plugin.ops import _runtime
 
 SWITCH = "DFLASH_ROCM_DIRECT_LAUNCH"
+# The oldest and newest Triton releases whose launch path was read from their source.
+READ_RELEASES = ((3, 2), (3, 9))
 # Compiled variants kept per prepared launch (alignments x devices seen).
 MAX_VARIANTS = 8
 _INT32_MAX = 2**31 - 1
@@ -100,6 +102,14 @@ class _Facts:
         return (self.knobs.runtime.debug, mode, casts)
 
 
+def triton_release() -> tuple[str, tuple[int, int] | None]:
+    """The installed Triton's version text and its (major, minor), None when unreadable."""
+    import triton
+    text = str(getattr(triton, "__version__", ""))
+    m = re.match(r"(\d+)\.(\d+)", text)
+    return text, ((int(m.group(1)), int(m.group(2))) if m else None)
+
+
 def _load():
     global _facts, _off_reason
     _facts = False
@@ -110,15 +120,14 @@ def _load():
         _off_reason = "the Triton interpreter runs the kernels"
         return
     try:
-        import triton
-        text = str(getattr(triton, "__version__", ""))
-        m = re.match(r"(\d+)\.(\d+)", text)
-        version = (int(m.group(1)), int(m.group(2))) if m else None
-        if version is not None and (3, 2) <= version <= (3, 9):
+        text, version = triton_release()
+        oldest, newest = READ_RELEASES
+        if version is not None and oldest <= version <= newest:
             _facts = _Facts(version)
             _off_reason = None
         else:
-            _off_reason = f"Triton {text or '(unknown version)'}: its launch convention is known for 3.2-3.9 only"
+            known = "-".join(".".join(map(str, v)) for v in READ_RELEASES)
+            _off_reason = f"Triton {text or '(unknown version)'}: its launch convention is known for {known} only"
     except Exception as exc:  # noqa: BLE001 - an unexpected Triton: the normal launch
         _off_reason = f"{type(exc).__name__}: {exc}"
         logger.info("direct Triton launches off: %s", exc)
