@@ -11,11 +11,11 @@
 #   PARITY    the windowed draft against the same keys, interleaved in one process (window_parity.py)
 #   AB        one launch choice against the chosen launch, interleaved in one process (launch_ab.py): AB_FORCE
 #             (e.g. "heavy_first=false"; space-separated for several fields) and/or AB_FORCE_DENSE (the dense-K/V
-#             prefill kernel's fields, e.g. "overlap_qk=true": its prompts then carry their own K/V) over AB_RUNS (workload[:model], ...),
+#             prefill kernel's fields, e.g. "block_n=64": its prompts then carry their own K/V) over AB_RUNS (workload[:model], ...),
 #             on AB_KV caches (bf16 or fp8; default bf16); AB_OTHER=FILE: that version of
 #             kernels/paged_attention.py against this tree's instead (AB_FORCE then optional)
 #   DENSE     the dense-K/V prefill kernel's launch fields (DENSE_FORCES: sets of --force-dense items, one set
-#             per word, items joined by '+'; default the overlapped scores at the chosen tiles, at 2 stages and in 64-key tiles)
+#             per word, items joined by '+'; default 2 stages, 64-key tiles, and pointer loads instead of TMA)
 #             on the prefill workload of Qwen3-8B, Qwen3-Next and gpt-oss heads, cuDNN in each process
 #   NCU       Nsight Compute stall samples of that pair (q16, 32 x 16K window 2048 against 32 x 2064 keys)
 set -u
@@ -79,7 +79,7 @@ if [[ "${DENSE:-0}" == 1 ]]; then
     for m in qwen3-8b qwen3-next gpt-oss-120b; do
         timeout 110 $B --workload prefill --models "$m" --peers benchmarks/.peers --peer-names sdpa_cudnn \
             --json "$OUT/dense-$m-chosen.json" 2>&1 | tee -a "$OUT/dense.txt"
-        for set in ${DENSE_FORCES:-overlap_qk=true overlap_qk=true+num_stages=2 overlap_qk=true+block_n=64}; do
+        for set in ${DENSE_FORCES:-num_stages=2 block_n=64 use_desc=false+qo_desc=false}; do
             forces=(); for f in ${set//+/ }; do forces+=(--force-dense "$f"); done
             timeout 80 $B --workload prefill --models "$m" "${forces[@]}" --json "$OUT/dense-$m-${set//[=+]/-}.json" \
                 2>&1 | tee -a "$OUT/dense.txt"

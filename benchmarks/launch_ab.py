@@ -5,7 +5,7 @@ against this one, interleaved in one process.
         [--kv fp8] [--rounds 5] [--json ab.json]
     git show REV:dflash_rocm_plugin/kernels/paged_attention.py > /tmp/other.py
     python benchmarks/launch_ab.py --workload gqa8 --other-kernel /tmp/other.py
-    python benchmarks/launch_ab.py --workload prefill --force-dense overlap_qk=true [--force-dense num_stages=2]
+    python benchmarks/launch_ab.py --workload prefill --force-dense block_n=64 [--force-dense num_stages=2]
 
 With ``--force-dense`` (ops.ExtendLaunch fields) the prompts carry their own K/V rows, as the hosts pass
 them, so their work goes to the dense-K/V prefill kernel and its launch is the one compared.

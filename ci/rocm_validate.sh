@@ -184,13 +184,6 @@ for spec in "gpt-oss-120b --sinks" "gpt-oss-120b --sinks --window 128" "gemma-4-
             --json "$OUT/bench-prefill-$name${pages:+-paged-only}.json"
     done
 done
-# The dense kernel's opt-in overlapped scores (the next tile's Q K^T issued before this tile's softmax)
-# against its chosen launch above, for 128- and 256-wide heads.
-for model in qwen3-8b qwen3-next; do
-    step "kernel benchmark, prefill, $model, --force-dense overlap_qk=true" "$OUT/bench-prefill-$model-overlap.log" \
-        dflash-rocm bench --workload prefill --models "$model" --force-dense overlap_qk=true \
-        --json "$OUT/bench-prefill-$model-overlap.json"
-done
 # Gemma-4 (26B-A4B layouts): global layers' 512-wide heads (taller tiles of 8 warps), sliding layers' 256-wide
 # with window 1024; Qwen3-Next / Qwen3.5 full-attention layers (16 q / 2 kv heads of 256), q16 and decode.
 step "kernel benchmark, Qwen3-Next / Qwen3.5 full-attention layers (head_dim 256)" "$OUT/bench-qwen3-next.log" \

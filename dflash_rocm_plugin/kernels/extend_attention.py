@@ -25,10 +25,6 @@ zeroed before they meet a visible row.  Under a sliding window (key ``j`` visibl
 ``p - j < window``, as in the paged kernel) the keys start at the window's lower edge (masked tiles up
 to the last row's window); no key left of the first row's window is loaded.
 Sinks seed the running max and denominator.
-
-OVERLAP_QK (launch field ``overlap_qk``): the unmasked loop issues the next tile's Q K^T before this
-tile's softmax, as ``paged_attention_kernel`` does for its 128-row tiles, so one warpgroup's tensor cores
-and exponentials work at the same time; it costs a second tile of scores in registers.
 """
 
 import triton
@@ -57,62 +53,39 @@ def _softmax_pv(acc, l_i, m_i, qk, v, scale, visible, MASKED: tl.constexpr, DOT_
 
 
 @triton.jit
-def _keys(new_k, n0, q_start, q_len, stride_nkt, kv_col, dims, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-          USE_DESC: tl.constexpr, UPCAST: tl.constexpr):
-    # K^T of keys n0 .. n0 + BLOCK_N - 1 of the block (key i of the block is query token i).  A TMA copy
-    # zero-fills rows past the tensor; pointers mask the keys past the sequence in MASKED tiles.
-    if USE_DESC:
-        k = new_k.load([q_start + n0, kv_col]).T
-    else:
-        keys = n0 + tl.arange(0, BLOCK_N)
-        k_ptrs = new_k + (q_start + keys).to(tl.int64)[None, :] * stride_nkt + kv_col + dims[:, None]
-        if MASKED:
-            k = tl.load(k_ptrs, mask=(keys < q_len)[None, :], other=0.0)
-        else:
-            k = tl.load(k_ptrs)
-    if UPCAST:
-        k = k.to(tl.float32)
-    return k
-
-
-@triton.jit
-def _scored_tile(acc, l_i, m_i, qk, n0, q_start, q_len, q_tok, new_v, stride_nvt, kv_col, scale, window, dims,
-                 BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, WINDOW_EDGE: tl.constexpr,
-                 USE_WINDOW: tl.constexpr, USE_DESC: tl.constexpr, UPCAST: tl.constexpr,
-                 DOT_PRECISION: tl.constexpr):
-    # The softmax and P V of key tile n0 whose scores ``qk`` are done.  Only a DIAGONAL tile can reach
-    # past the sequence's tokens; a WINDOW_EDGE tile lies left of the block's first query and only the
-    # window hides some of its keys.
+def _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt, stride_nvt, kv_col,
+                scale, window, dims, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr,
+                WINDOW_EDGE: tl.constexpr, USE_WINDOW: tl.constexpr,
+                USE_DESC: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Keys n0 .. n0 + BLOCK_N - 1 of the block itself; key i of the block is query token i.  Only a
+    # DIAGONAL tile can reach past the sequence's tokens; a WINDOW_EDGE tile lies left of the block's
+    # first query and only the window hides some of its keys.
     keys = n0 + tl.arange(0, BLOCK_N)
     key_ok = keys < q_len
     if USE_DESC:
+        k = new_k.load([q_start + n0, kv_col]).T
         v = new_v.load([q_start + n0, kv_col])
         if DIAGONAL:
             v = tl.where(key_ok[:, None], v, 0.0)  # the next sequence's rows, or padding
     else:
-        v_ptrs = new_v + (q_start + keys).to(tl.int64)[:, None] * stride_nvt + kv_col + dims[None, :]
+        rows = (q_start + keys).to(tl.int64)
+        k_ptrs = new_k + rows[None, :] * stride_nkt + kv_col + dims[:, None]
+        v_ptrs = new_v + rows[:, None] * stride_nvt + kv_col + dims[None, :]
         if DIAGONAL:
+            k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0)
             v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0)
         else:
+            k = tl.load(k_ptrs)
             v = tl.load(v_ptrs)
     if UPCAST:
+        k = k.to(tl.float32)
         v = v.to(tl.float32)
+    qk = tl.dot(q, k, input_precision=DOT_PRECISION)
     visible = keys[None, :] <= q_tok[:, None]
     if USE_WINDOW:
         in_window = (q_tok[:, None] - keys[None, :]) < window
         visible = (visible & in_window) if DIAGONAL else in_window
     return _softmax_pv(acc, l_i, m_i, qk, v, scale, visible, DIAGONAL or WINDOW_EDGE, DOT_PRECISION)
-
-
-@triton.jit
-def _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt, stride_nvt, kv_col,
-                scale, window, dims, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr,
-                WINDOW_EDGE: tl.constexpr, USE_WINDOW: tl.constexpr,
-                USE_DESC: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    qk = tl.dot(q, _keys(new_k, n0, q_start, q_len, stride_nkt, kv_col, dims, BLOCK_N, DIAGONAL, USE_DESC, UPCAST),
-                input_precision=DOT_PRECISION)
-    return _scored_tile(acc, l_i, m_i, qk, n0, q_start, q_len, q_tok, new_v, stride_nvt, kv_col, scale, window,
-                        dims, BLOCK_N, DIAGONAL, WINDOW_EDGE, USE_WINDOW, USE_DESC, UPCAST, DOT_PRECISION)
 
 
 @triton.jit
@@ -122,8 +95,7 @@ def extend_attention_kernel(
     stride_qt, stride_qh, stride_nkt, stride_nvt, stride_ot, stride_oh,
     HEAD_DIM: tl.constexpr, GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MIN_QUERY: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SINKS: tl.constexpr,
-    USE_DESC: tl.constexpr, DESC_QO: tl.constexpr, OVERLAP_QK: tl.constexpr, UPCAST: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    USE_DESC: tl.constexpr, DESC_QO: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     head = tl.program_id(0)
     # The last tiles of a causal sequence see the most keys; the GPU starts programs in grid
@@ -174,30 +146,11 @@ def extend_attention_kernel(
             acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt,
                                         stride_nvt, kv_col, scale, window, dims, BLOCK_N, False, True,
                                         USE_WINDOW, USE_DESC, UPCAST, DOT_PRECISION)
-    diag_lo = diag
-    if OVERLAP_QK:
-        # Q K^T of the next tile is issued before this tile's softmax: the tensor cores compute it while
-        # the exponentials run.  The chain ends in the first diagonal tile (there is always one), so no
-        # score is computed twice.  Only that last load can pass the sequence's end: all are masked.
-        qk = tl.dot(q, _keys(new_k, full_lo, q_start, q_len, stride_nkt, kv_col, dims, BLOCK_N, True, USE_DESC,
-                             UPCAST), input_precision=DOT_PRECISION)
-        for n0 in range(full_lo, diag, BLOCK_N):
-            qk_next = tl.dot(q, _keys(new_k, n0 + BLOCK_N, q_start, q_len, stride_nkt, kv_col, dims, BLOCK_N, True,
-                                      USE_DESC, UPCAST), input_precision=DOT_PRECISION)
-            acc, l_i, m_i = _scored_tile(acc, l_i, m_i, qk, n0, q_start, q_len, q_tok, new_v, stride_nvt, kv_col,
-                                         scale, window, dims, BLOCK_N, False, False, USE_WINDOW, USE_DESC, UPCAST,
-                                         DOT_PRECISION)
-            qk = qk_next
-        acc, l_i, m_i = _scored_tile(acc, l_i, m_i, qk, diag, q_start, q_len, q_tok, new_v, stride_nvt, kv_col,
-                                     scale, window, dims, BLOCK_N, True, False, USE_WINDOW, USE_DESC, UPCAST,
-                                     DOT_PRECISION)
-        diag_lo = diag + BLOCK_N
-    else:
-        for n0 in range(full_lo, diag, BLOCK_N):
-            acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt,
-                                        stride_nvt, kv_col, scale, window, dims, BLOCK_N, False, False,
-                                        USE_WINDOW, USE_DESC, UPCAST, DOT_PRECISION)
-    for n0 in range(diag_lo, tl.minimum(diag + BLOCK_M, q_len), BLOCK_N):
+    for n0 in range(full_lo, diag, BLOCK_N):
+        acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt,
+                                    stride_nvt, kv_col, scale, window, dims, BLOCK_N, False, False,
+                                    USE_WINDOW, USE_DESC, UPCAST, DOT_PRECISION)
+    for n0 in range(diag, tl.minimum(diag + BLOCK_M, q_len), BLOCK_N):
         acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt,
                                     stride_nvt, kv_col, scale, window, dims, BLOCK_N, True, False,
                                     USE_WINDOW, USE_DESC, UPCAST, DOT_PRECISION)

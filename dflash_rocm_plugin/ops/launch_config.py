@@ -472,7 +472,6 @@ class ExtendLaunch:
     num_stages: int
     use_desc: bool      # Hopper and later: the block's K/V tiles by TMA copies
     qo_desc: bool = False  # ... and its query tile and (whole tiles') output by TMA copies too
-    overlap_qk: bool = False  # the next tile's Q K^T issued before this tile's softmax
 
 
 _forced_extend: dict = {}

@@ -196,7 +196,6 @@ def extend(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: int
                   stride_nkt=row, stride_nvt=row, stride_ot=hq * d, stride_oh=d)
     consts = dict(HEAD_DIM=d, GQA=hq // hkv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                   MIN_QUERY=cfg.block_m, USE_WINDOW=window, USE_SINKS=sinks, USE_DESC=False, DESC_QO=False,
-                  OVERLAP_QK=cfg.overlap_qk,
                   UPCAST=False, DOT_PRECISION=None)
     return [_compile(arch, _signature(extend_attention.extend_attention_kernel, values, consts),
                      cfg.num_warps, cfg.num_stages)]

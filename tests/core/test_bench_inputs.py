@@ -57,8 +57,8 @@ def test_bench_force_parses_launch_fields_and_names_a_bad_one():
             cli.parse_forced(bad)
     assert cli.main(["--force", "bogus=1"]) == 2  # before looking for a GPU
     from dflash_rocm_plugin.ops.launch_config import ExtendLaunch
-    assert cli.parse_forced(["block_n=64", "use_desc=false", "overlap_qk=true"], ExtendLaunch, "--force-dense") == {
-        "block_n": 64, "use_desc": False, "overlap_qk": True}
+    assert cli.parse_forced(["block_n=64", "use_desc=false", "qo_desc=true"], ExtendLaunch, "--force-dense") == {
+        "block_n": 64, "use_desc": False, "qo_desc": True}
     with pytest.raises(ValueError, match="--force-dense 'fp8_dots=pv'"):
         cli.parse_forced(["fp8_dots=pv"], ExtendLaunch, "--force-dense")
     assert cli.main(["--force-dense", "num_warps=many"]) == 2

@@ -134,20 +134,6 @@ def test_tma_descriptor_tiles(qo_desc):
         check(build([2 * LONG + 5, LONG], [2 * LONG + 5, LONG], num_q_heads=4, num_kv_heads=2), sliding_window=20)
 
 
-@pytest.mark.parametrize("use_desc", [False, True], ids=["pointers", "tma"])
-@pytest.mark.parametrize("block_n", [16, 32], ids=["two-diagonal-tiles", "one-diagonal-tile"])
-def test_overlapped_scores(use_desc, block_n, extend_launches):
-    # overlap_qk: each unmasked tile's softmax runs on scores computed a tile earlier, and the chain's last
-    # Q K^T is the first diagonal tile's, which may reach past the prompt (the next prompt's rows, or the
-    # NaN rows after the last).  Prompts of one to several key tiles, windows and sinks.
-    lens = [LONG, LONG + 1, 2 * LONG - 1, 3 * LONG + 5]
-    with launch_config.forced_extend(overlap_qk=True, use_desc=use_desc, block_n=block_n):
-        check(build(lens, lens, num_q_heads=4, num_kv_heads=2))
-        check(build(lens, lens, num_q_heads=4, num_kv_heads=2), sliding_window=LONG + 3,
-              sinks=torch.tensor([0.5, -1.0, 2.0, 0.0]))
-    assert len(extend_launches) == 2
-
-
 def test_scale_is_applied():
     check(build([50], [50]), scale=0.3)
 

@@ -54,13 +54,12 @@ CASES = {
 @pytest.mark.parametrize("heads", [(32, 8, 128), (16, 2, 256)], ids=["qwen3-8b", "qwen3.5-full-attention"])
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("tma", [True, False], ids=["tma", "pointers"])
-@pytest.mark.parametrize("overlap", [False, True], ids=["in-turn", "overlapped-scores"])
-def test_dense_kv_prefill_matches_float64(name, tma, heads, overlap):
+def test_dense_kv_prefill_matches_float64(name, tma, heads):
     seq_lens, q_lens = CASES[name]
     hq, hkv, d = heads
     q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens, hq=hq, hkv=hkv, d=d)
     out = torch.full_like(q, float("nan"))
-    with launch_config.forced_extend(use_desc=tma, overlap_qk=overlap):
+    with launch_config.forced_extend(use_desc=tma):
         assert launch_config.choose_extend(head_dim=d, max_query_len=max(q_lens), device_index=0) is not None
         ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=max(q_lens),
                             new_keys=nk, new_values=nv)
@@ -123,15 +122,14 @@ FEATURES = {
 @pytest.mark.parametrize("feature", list(FEATURES))
 @pytest.mark.parametrize("name", ["1x4K prompt", "short prompts beside a long one", "mixed"])
 @pytest.mark.parametrize("tma", [True, False], ids=["tma", "pointers"])
-@pytest.mark.parametrize("overlap", [False, True], ids=["in-turn", "overlapped-scores"])
-def test_dense_kv_prefill_with_sinks_and_windows_matches_float64(feature, name, tma, overlap):
+def test_dense_kv_prefill_with_sinks_and_windows_matches_float64(feature, name, tma):
     (hq, hkv, d), kw = FEATURES[feature]
     seq_lens, q_lens = CASES[name]
     q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens, hq=hq, hkv=hkv, d=d, seed=1)
     sinks = torch.randn(hq, device="cuda") + 1.0 if kw.get("sinks") else None
     window = kw.get("window")
     out = torch.full_like(q, float("nan"))
-    with launch_config.forced_extend(use_desc=tma, overlap_qk=overlap):
+    with launch_config.forced_extend(use_desc=tma):
         ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=max(q_lens),
                             new_keys=nk, new_values=nv, sliding_window=window, sinks=sinks)
     _assert_matches_float64(q, k, v, table, sl, qsl, out, sliding_window=window, sinks=sinks)

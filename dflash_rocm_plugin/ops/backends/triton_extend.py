@@ -49,8 +49,7 @@ class Launch:
                      new_values.stride(0), out.stride(0), out.stride(1))
         self.constexprs = dict(
             HEAD_DIM=d, GQA=hq // hkv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, MIN_QUERY=cfg.block_m,
-            USE_WINDOW=call.window > 0, USE_SINKS=call.sinks is not None, OVERLAP_QK=cfg.overlap_qk,
-            UPCAST=upcast,
+            USE_WINDOW=call.window > 0, USE_SINKS=call.sinks is not None, UPCAST=upcast,
             DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         # [tokens, kv_heads * head_dim]: each token's heads side by side (support.extend_layout_problem).
