@@ -377,24 +377,3 @@ def test_dense_kv_prefill_launch_compiles_for_every_gpu(monkeypatch):
         [kernel] = result
         assert kernel["shared"] <= offline_compile.SHARED_LIMIT[job["arch"]], (job, kernel)
         assert kernel["vgpr_spills"] == 0, (job, kernel)
-
-
-def test_overlapped_dense_prefill_compiles_on_amd(monkeypatch):
-    # ci/rocm_validate.sh times the opt-in overlapped scores (ExtendLaunch.overlap_qk) at AMD's chosen
-    # prefill tiles for 128- and 256-wide heads: each builds and fits the LDS; 128-wide heads keep every
-    # register (gfx942 256-wide: 6 spilled, which the timing will show).
-    jobs = []
-    for arch in ("gfx942", "gfx950"):
-        sms, smem = DEVICES[arch]
-        for hq, hkv, d in ((32, 8, 128), (16, 2, 256)):
-            with monkeypatch.context() as m:
-                pin_gpu(m, arch, smem, sms)
-                cfg = launch_config.choose_extend(head_dim=d, max_query_len=8192, device_index=0)
-            jobs.append(dict(kernel="extend", arch=arch, launch=dict(dataclasses.asdict(cfg), overlap_qk=True),
-                             shape=dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d)))
-    for job, result in zip(jobs, offline_compile.run(jobs)):
-        assert "error" not in result, (job, result)
-        [kernel] = result
-        assert kernel["shared"] <= offline_compile.SHARED_LIMIT[job["arch"]], (job, kernel)
-        if job["shape"]["head_dim"] == 128:
-            assert kernel["vgpr_spills"] == 0, (job, kernel)
