@@ -214,8 +214,11 @@ def _main() -> int:
                                                          **job["shape"])})
                 continue
             if job.get("kernel") == "extend":
+                from dflash_rocm_plugin.ops.launch_config import ExtendLaunch
+
+                # The launch's own type: a field it no longer has fails the job instead of going unread.
                 results.append([dataclasses.asdict(c) for c in extend(
-                    job["arch"], types.SimpleNamespace(**job["launch"]), **job["shape"])])
+                    job["arch"], ExtendLaunch(**job["launch"]), **job["shape"])])
                 continue
             if job.get("kernel") == "kv_write":
                 results.append([dataclasses.asdict(c) for c in kv_write(job["arch"], **job["shape"])])
