@@ -4,6 +4,7 @@
 #
 #   bash ci/test.sh            all suites
 #   bash ci/test.sh core vllm  only these
+#   DFLASH_TEST_WORKERS=N      pytest-xdist workers for the parallel suites (default: cores, up to 4)
 #
 # Suites (tests/<dir> run in the venv built from ci/envs/<env>.txt):
 #   core      kernels and ops against the float64 reference (Triton interpreter)
@@ -20,16 +21,23 @@ source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# suite  env  test-dir
+# suite  env  test-dir  [parallel: its tests spread over pytest-xdist workers]
+# The interpreter runs each test on one core; the suites marked parallel hold independent tests (each
+# worker its own process, tmp dirs and caches).  The engine runs of vllm_cpu keep one process.
 SUITES=(
-    "core core tests/core"
+    "core core tests/core parallel"
     "demo demo tests/demo"
-    "vllm vllm tests/vllm"
-    "vllm033 vllm033 tests/vllm"
-    "sglang sglang tests/sglang"
+    "vllm vllm tests/vllm parallel"
+    "vllm033 vllm033 tests/vllm parallel"
+    "sglang sglang tests/sglang parallel"
     "hostfix hostfix tests/host_fixes"
     "vllm_cpu vllm_cpu tests/e2e_vllm_cpu"
 )
+# Workers for the parallel suites: every core up to 4 (each vLLM worker holds its own import of vllm);
+# DFLASH_TEST_WORKERS overrides, 1 runs every suite in one process.
+WORKERS="${DFLASH_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
+[[ "$WORKERS" =~ ^[0-9]+$ && "$WORKERS" -ge 1 ]] || { log "DFLASH_TEST_WORKERS must be a positive integer, got '$WORKERS'"; exit 2; }
+[[ -n "${DFLASH_TEST_WORKERS:-}" || "$WORKERS" -le 4 ]] || WORKERS=4
 
 wanted() { [[ $# -eq 0 ]] && return 0; local s; for s in "${SELECTED[@]}"; do [[ "$s" == "$1" ]] && return 0; done; return 1; }
 SELECTED=("$@")
@@ -41,7 +49,7 @@ summary_line() {  # parse pytest's closing line from a log
 }
 
 for spec in "${SUITES[@]}"; do
-    read -r suite envname dir <<<"$spec"
+    read -r suite envname dir mode <<<"$spec"
     if [[ ${#SELECTED[@]} -gt 0 ]] && ! wanted "$suite"; then continue; fi
     if [[ ! -d "$dir" || ! -f "ci/envs/$envname.txt" ]]; then
         log "suite '$suite': not present in this checkout, skipped"
@@ -53,10 +61,12 @@ for spec in "${SUITES[@]}"; do
         log "suite '$suite': FAILED to build environment '$envname'"
         failed_suites+=("$suite(env)"); total_failed=$((total_failed + 1)); continue
     fi
-    log "suite '$suite': running pytest $dir"
+    spread=()
+    [[ "${mode:-}" == parallel && "$WORKERS" -gt 1 ]] && spread=(-n "$WORKERS")
+    log "suite '$suite': running pytest $dir${spread:+ over $WORKERS workers}"
     logf="$(mktemp)"
     set +e
-    (cd "$REPO_ROOT" && "$venv/bin/python" -m pytest "$dir" -q -p no:cacheprovider 2>&1) | tee "$logf"
+    (cd "$REPO_ROOT" && "$venv/bin/python" -m pytest "$dir" -q -p no:cacheprovider "${spread[@]}" 2>&1) | tee "$logf"
     rc=${PIPESTATUS[0]}
     set -e
     p=$(summary_line "$logf" passed); f=$(summary_line "$logf" failed); e=$(summary_line "$logf" error)
