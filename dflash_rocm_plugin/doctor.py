@@ -124,8 +124,9 @@ def _tuned_line(info) -> str:
 
 
 def fp8_report(arch: str | None) -> dict:
-    """Which fp8 cache format this GPU converts in hardware (``ops.native_fp8_dtype``), and which calls
-    over it run Q K^T in fp8 (``ops.fp8_qk_policy``)."""
+    """Which fp8 cache format this GPU converts in hardware (``ops.native_fp8_dtype``), whether it has fp8
+    dots (``ops.has_fp8_dots``: Q K^T over that format takes q as two fp8 parts), and which calls round q
+    into fp8 instead (``ops.fp8_qk_policy``)."""
     try:
         from dflash_rocm_plugin import ops
         formats = [str(d).replace("torch.", "") for d in ops.FP8_KV_CACHE_DTYPES]
@@ -136,7 +137,8 @@ def fp8_report(arch: str | None) -> dict:
         if arch is None or ops.interpreting():
             return {"native": None, "decoded": formats, **qk}
         native = str(ops.native_fp8_dtype(arch)).replace("torch.", "")
-        return {"native": native, "decoded": [f for f in formats if f != native], **qk}
+        return {"native": native, "decoded": [f for f in formats if f != native], "fp8_dots": ops.has_fp8_dots(arch),
+                **qk}
     except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
         return {"native": None, "error": repr(exc)}
 
@@ -156,7 +158,11 @@ def _fp8_qk_line(info: dict) -> str:
     if info.get("fp8_qk_error"):
         return f"ERROR {info['fp8_qk_error']}"
     calls = {"draft": "the non-causal (DFlash draft) calls", "all": "every call", "off": "no call"}[info["fp8_qk"]]
-    return f"Q K^T in fp8 for {calls} ({info['fp8_qk_env']}={info['fp8_qk']})"
+    rounded = f"q rounded into fp8 for {calls} ({info['fp8_qk_env']}={info['fp8_qk']})"
+    if "fp8_dots" not in info:
+        return rounded
+    dots = "Q K^T on fp8 dots, q as two fp8 parts" if info["fp8_dots"] else "no fp8 dots here: 16-bit dots"
+    return f"{dots}; {rounded}"
 
 
 def triton_report() -> dict:

@@ -12,6 +12,7 @@ import dataclasses
 import torch
 
 from dflash_rocm_plugin.bench.shapes import Shape
+from dflash_rocm_plugin.ops import FP8_ROUNDING_DOTS
 
 # Rotate until the bytes touched by one pass over all copies exceed this.
 ROTATE_BYTES = 512 << 20
@@ -183,7 +184,7 @@ FP8_DOTS_TOLERANCE = 6e-2
 def tolerance(launch) -> float:
     """The error allowed for a call that runs ``launch`` (an ``ops.AttentionLaunch``, or None for
     another backend)."""
-    return FP8_DOTS_TOLERANCE if getattr(launch, "fp8_dots", "none") != "none" else TOLERANCE
+    return FP8_DOTS_TOLERANCE if getattr(launch, "fp8_dots", "none") in FP8_ROUNDING_DOTS else TOLERANCE
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -32,7 +32,8 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
     FP8_QK (the same codes; opt-in, ``ops.fp8_qk_policy``, or the launch field): Q K^T
     in fp8, q joining the cache's format under one scale per program, K not converted; alone or
     with FP8_DOTS.  Costs accuracy (P, and q, keep 3 mantissa
-    bits).
+    bits).  With QK_SPLIT (launch field ``fp8_dots="qk_split"``) q is the sum of two fp8 parts and
+    Q K^T two fp8 dots over the same K tile: K still unconverted, q's precision that of bf16.
   * PV_T (launch field ``pv_transposed``): the accumulator holds O^T, so V is the A operand of
     its dot (see ``_softmax_pv``).
   * P_INT_ROUND: bf16 P is rounded by integer arithmetic where the GPU has no f32 -> bf16
@@ -172,9 +173,9 @@ def _dot_operand(x, like, SOFT_FP8: tl.constexpr):
 
 
 @triton.jit
-def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
+def _scores(q, q_lo, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
             MASKED: tl.constexpr, USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
-            SOFT_FP8: tl.constexpr):
+            SOFT_FP8: tl.constexpr, QK_SPLIT: tl.constexpr):
     """Q K^T of one key tile: raw products (``_softmax_pv`` scales them inside the exponent's FMA),
     or with a softcap already capped and scaled into the base-2 exponent domain."""
     # K is read as [D, N] so the dot needs no transpose; each key's D values
@@ -185,7 +186,13 @@ def _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softc
     else:
         k = tl.load(k_cache_ptr + k_off[None, :] + dims[:, None] * stride_kd,
                     mask=dim_ok[:, None], other=0.0)
-    s = tl.dot(q, _dot_operand(k, q, SOFT_FP8), input_precision=DOT_PRECISION)
+    k_op = _dot_operand(k, q, SOFT_FP8)
+    if QK_SPLIT:
+        # q = q + q_lo in two fp8 dots over the same K tile (the smaller part first).
+        s = tl.dot(q_lo, k_op, input_precision=DOT_PRECISION)
+        s = tl.dot(q, k_op, s, input_precision=DOT_PRECISION)
+    else:
+        s = tl.dot(q, k_op, input_precision=DOT_PRECISION)
     if USE_SOFTCAP:
         s = softcap * _tanh(s * (scale / softcap)) * LOG2E
     return s
@@ -248,7 +255,7 @@ def _softmax_pv(acc, l_i, m_i, s, s_scale, pv_like, v_cache_ptr, v_off, key_ok, 
 
 @triton.jit
 def _attend_tile(
-    acc, l_i, m_i, q, q_pv, t, tile_base, kv_begin, kv_end, q_pos, window,
+    acc, l_i, m_i, q, q_lo, q_pv, t, tile_base, kv_begin, kv_end, q_pos, window,
     k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
     stride_ks, stride_kh, stride_kd, stride_kb,
     stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
@@ -257,6 +264,7 @@ def _attend_tile(
     CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
     SOFT_FP8: tl.constexpr, FP8_DOTS: tl.constexpr, PV_T: tl.constexpr, P_INT_ROUND: tl.constexpr,
+    QK_SPLIT: tl.constexpr,
 ):
     """One BLOCK_N-key step of the online softmax for all BLOCK_M query rows.
 
@@ -270,8 +278,8 @@ def _attend_tile(
     k_off, v_off = _kv_offsets(key, key_ok, kv_end, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
                                stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, MASKED, PAGE_IDS_ASM, OFFSETS_32)
-    s = _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
-                MASKED, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8)
+    s = _scores(q, q_lo, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
+                MASKED, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8, QK_SPLIT)
     s_scale = _score_scale(scale, USE_SOFTCAP)
     if MASKED:
         visible = key_ok[None, :]
@@ -288,7 +296,7 @@ def _attend_tile(
 
 @triton.jit
 def _attend_full_tiles_overlapped(
-    acc, l_i, m_i, q, q_pv, tile_lo, full_hi, tile_base, kv_begin, kv_end,
+    acc, l_i, m_i, q, q_lo, q_pv, tile_lo, full_hi, tile_base, kv_begin, kv_end,
     k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
     stride_ks, stride_kh, stride_kd, stride_kb,
     stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
@@ -296,6 +304,7 @@ def _attend_full_tiles_overlapped(
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr,
     SOFT_FP8: tl.constexpr, FP8_DOTS: tl.constexpr, PV_T: tl.constexpr, P_INT_ROUND: tl.constexpr,
+    QK_SPLIT: tl.constexpr,
 ):
     """The unmasked tiles [tile_lo, full_hi) with Q K^T of tile t+1 issued before tile t's softmax.
 
@@ -309,16 +318,16 @@ def _attend_full_tiles_overlapped(
     key_ok = (key < kv_end) & (key >= kv_begin)
     k_off, _ = _kv_offsets(key, key_ok, kv_end, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
                            stride_vs, stride_vh, stride_vb, stride_btb, PAGE_SIZE, True, False, OFFSETS_32)
-    s = _scores(q, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
-                False, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8)
+    s = _scores(q, q_lo, k_cache_ptr, k_off, key_ok, dims, dim_ok, stride_kd, scale, softcap,
+                False, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8, QK_SPLIT)
     s_scale = _score_scale(scale, USE_SOFTCAP)
     for t in range(tile_lo, full_hi):
         key_next = tile_base + tl.minimum(t + 1, full_hi - 1) * BLOCK_N + cols
         k_off, _ = _kv_offsets(key_next, None, kv_end, bt_row, kv_head, stride_ks, stride_kh, stride_kb,
                                stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
-        s_next = _scores(q, k_cache_ptr, k_off, None, dims, dim_ok, stride_kd, scale, softcap,
-                         False, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8)
+        s_next = _scores(q, q_lo, k_cache_ptr, k_off, None, dims, dim_ok, stride_kd, scale, softcap,
+                         False, USE_SOFTCAP, DOT_PRECISION, SOFT_FP8, QK_SPLIT)
         _, v_off = _kv_offsets(tile_base + t * BLOCK_N + cols, None, kv_end, bt_row, kv_head, stride_ks, stride_kh,
                                stride_kb, stride_vs, stride_vh, stride_vb, stride_btb,
                                PAGE_SIZE, False, PAGE_IDS_ASM, OFFSETS_32)
@@ -350,7 +359,7 @@ def paged_attention_kernel(
     PAGE_IDS_ASM: tl.constexpr, OFFSETS_32: tl.constexpr, OVERLAP_QK: tl.constexpr,
     USE_SINKS: tl.constexpr, USE_K_SCALE: tl.constexpr, USE_V_SCALE: tl.constexpr,
     SOFT_FP8: tl.constexpr, UPCAST_DOTS: tl.constexpr, FP16_DOTS: tl.constexpr, FP8_DOTS: tl.constexpr,
-    FP8_QK: tl.constexpr, PV_T: tl.constexpr, P_INT_ROUND: tl.constexpr,
+    FP8_QK: tl.constexpr, QK_SPLIT: tl.constexpr, PV_T: tl.constexpr, P_INT_ROUND: tl.constexpr,
     HEAVY_FIRST: tl.constexpr, EXTEND_MIN_Q: tl.constexpr,
 ):
     tile = tl.program_id(0)
@@ -393,6 +402,7 @@ def paged_attention_kernel(
         # fp16 holds every e4m3 value and P exactly; q is saturated into fp16's range.
         q = tl.minimum(tl.maximum(q.to(tl.float32), -65504.0), 65504.0).to(tl.float16)
     q_pv = q  # P V's dot dtype, unless FP8_DOTS
+    q_lo = q  # the low part of q's two fp8 parts with QK_SPLIT, else unread
     if FP8_QK:
         # One scale for the program's rows: e4m3 keeps 3 mantissa bits at any magnitude of its
         # range, so rows of different size share it; it joins the softmax scale.
@@ -402,7 +412,19 @@ def paged_attention_kernel(
         if FP8_QK == 2:
             fp8_max = 240.0
         q_step = tl.where(q_amax > 0.0, q_amax / fp8_max, 1.0)
-        q = (q32 / q_step).to(k_cache_ptr.dtype.element_ty)
+        if QK_SPLIT:
+            # q as the sum of two fp8 parts, so that K still feeds the dots as it was read and q
+            # keeps the precision of a 16-bit operand: with a power-of-two step q / step is exact,
+            # its nearest e4m3 value holds the top 4 significant bits and the remainder (at most
+            # half an e4m3 step, a multiple of the 16-bit step) the next 4, also exactly, down to
+            # e4m3's subnormals (bf16 queries: exact within 2^-17 of the program's largest element).
+            # Rounding up to a power of two in the bits: a carry from a nonzero mantissa.
+            q_step = ((q_step.to(tl.int32, bitcast=True) + 0x007FFFFF) & 0x7F800000).to(tl.float32, bitcast=True)
+            q32 = q32 / q_step
+            q = q32.to(k_cache_ptr.dtype.element_ty)
+            q_lo = (q32 - q.to(tl.float32)).to(k_cache_ptr.dtype.element_ty)
+        else:
+            q = (q32 / q_step).to(k_cache_ptr.dtype.element_ty)
         scale = scale * q_step
     if USE_K_SCALE:
         # Dequantized K is k * k_scale (stride 0: per tensor, 1: per KV head): fold it into the
@@ -470,41 +492,41 @@ def paged_attention_kernel(
 
     if OVERLAP_QK:
         acc, l_i, m_i = _attend_full_tiles_overlapped(
-            acc, l_i, m_i, q, q_pv, tile_lo, full_hi, tile_base, kv_begin, kv_end,
+            acc, l_i, m_i, q, q_lo, q_pv, tile_lo, full_hi, tile_base, kv_begin, kv_end,
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
             dims, dim_ok, BLOCK_N, PAGE_SIZE, USE_SOFTCAP, DOT_PRECISION, PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8,
-            FP8_DOTS, PV_T, P_INT_ROUND)
+            FP8_DOTS, PV_T, P_INT_ROUND, QK_SPLIT)
     else:
         for t in range(tile_lo, full_hi):
             acc, l_i, m_i = _attend_tile(
-                acc, l_i, m_i, q, q_pv, t, tile_base, kv_begin, kv_end, q_pos, window,
+                acc, l_i, m_i, q, q_lo, q_pv, t, tile_base, kv_begin, kv_end, q_pos, window,
                 k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
                 stride_ks, stride_kh, stride_kd, stride_kb,
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
                 dims, dim_ok, BLOCK_N, PAGE_SIZE, False, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
+                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND, QK_SPLIT)
     # The masked tiles run last, so that the unmasked loop's pipeline starts at once (the online
     # softmax does not depend on the order of tiles): the diagonal's and the sequence end's ...
     for t in range(full_hi, tile_hi):
         acc, l_i, m_i = _attend_tile(
-            acc, l_i, m_i, q, q_pv, t, tile_base, kv_begin, kv_end, q_pos, window,
+            acc, l_i, m_i, q, q_lo, q_pv, t, tile_base, kv_begin, kv_end, q_pos, window,
             k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
             stride_ks, stride_kh, stride_kd, stride_kb,
             stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
             dims, dim_ok, BLOCK_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-            PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
+            PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND, QK_SPLIT)
     # ... and the window's lower edge, in EDGE_N-key tiles ending where the BLOCK_N-key tiles start.
     if USE_WINDOW:
         for e in range(0, n_edge):
             acc, l_i, m_i = _attend_tile(
-                acc, l_i, m_i, q, q_pv, e, tile_base - n_edge * EDGE_N, kv_begin, kv_end, q_pos, window,
+                acc, l_i, m_i, q, q_lo, q_pv, e, tile_base - n_edge * EDGE_N, kv_begin, kv_end, q_pos, window,
                 k_cache_ptr, v_cache_ptr, bt_row, kv_head, scale, softcap,
                 stride_ks, stride_kh, stride_kd, stride_kb,
                 stride_vs, stride_vh, stride_vd, stride_vb, stride_btb,
                 dims, dim_ok, EDGE_N, PAGE_SIZE, True, CAUSAL, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
-                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND)
+                PAGE_IDS_ASM, OFFSETS_32, SOFT_FP8, FP8_DOTS, PV_T, P_INT_ROUND, QK_SPLIT)
 
     if PV_T:
         acc = tl.trans(acc)

@@ -8,9 +8,11 @@ Calls (arguments checked before any launch; ``ValueError`` naming the argument):
 
 What is supported, and why not: ``supports(AttentionSpec(...))`` answers None or the reason;
 ``require`` raises ``Unsupported`` with it; ``platform_problem()`` says why no kernel can run here;
-``native_fp8_dtype(arch)`` is the fp8 cache format a GPU converts in hardware; ``fp8_qk_policy()``
-which calls over such a cache run Q K^T in fp8 (``DFLASH_ROCM_FP8_QK``: off, draft, all).
-What a call would run: ``describe_launch(...)``; which ``fp8_dots`` it may run: ``fp8_dots_choices(...)``;
+``native_fp8_dtype(arch)`` is the fp8 cache format a GPU converts in hardware, ``has_fp8_dots(arch)``
+whether it multiplies fp8 operands (then Q K^T over such a cache takes q as two fp8 parts); ``fp8_qk_policy()``
+which calls round q into fp8 instead (``DFLASH_ROCM_FP8_QK``: off, draft, all).
+What a call would run: ``describe_launch(...)``; which ``fp8_dots`` it may run: ``fp8_dots_choices(...)``
+(``FP8_ROUNDING_DOTS``: those that round q or P into fp8, at ten times the error);
 and whether its keys may be split at all:
 ``may_split_keys(...)``; which backend serves each op: ``kernel_paths()``.
 Workspace: ``workspace_floats(...)`` sizes the caller-owned split-KV scratch; ``MAX_KV_SPLITS`` is the most
@@ -29,6 +31,7 @@ from dflash_rocm_plugin.ops.attention import paged_attention
 from dflash_rocm_plugin.ops.backends import AiterUnavailable
 from dflash_rocm_plugin.ops.backends import status as kernel_paths
 from dflash_rocm_plugin.ops.kv_cache import write_kv_cache
+from dflash_rocm_plugin.ops.launch_config import FP8_ROUNDING_MODES as FP8_ROUNDING_DOTS
 from dflash_rocm_plugin.ops.launch_config import ExtendLaunch, forced_extend
 from dflash_rocm_plugin.ops.launch_config import may_split as may_split_keys
 from dflash_rocm_plugin.ops.plan import (
@@ -63,6 +66,7 @@ from dflash_rocm_plugin.ops.support import (
     features_problem,
     fp8_qk_covers,
     fp8_qk_policy,
+    has_fp8_dots,
     native_fp8_dtype,
     require,
     supports,
@@ -71,10 +75,10 @@ from dflash_rocm_plugin.ops.support import (
 __all__ = [
     "paged_attention", "write_kv_cache", "greedy_sample",
     "AttentionSpec", "supports", "require", "features_problem", "Unsupported", "HEAD_DIMS", "DTYPES", "KV_CACHE_DTYPES",
-    "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES", "native_fp8_dtype",
+    "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES", "native_fp8_dtype", "has_fp8_dots",
     "fp8_qk_policy", "fp8_qk_covers", "FP8_QK_ENV", "FP8_QK_CHOICES",
     "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",
-    "describe_launch", "fp8_dots_choices", "may_split_keys", "LaunchDescription", "AttentionLaunch", "forced_launch",
+    "describe_launch", "fp8_dots_choices", "FP8_ROUNDING_DOTS", "may_split_keys", "LaunchDescription", "AttentionLaunch", "forced_launch",
     "ExtendLaunch", "forced_extend", "workspace_floats",
     "MAX_KV_SPLITS",
     "kernel_paths", "AiterUnavailable",

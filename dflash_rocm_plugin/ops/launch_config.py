@@ -67,10 +67,10 @@ class AttentionLaunch:
     # Warps per split-merge program (one query row x head, SPLITS x HEAD_DIM floats).  H200:
     # 1 warp makes 8 x 4K 2.47 -> 2.94 TB/s (4 warps: 4 096 near-empty 128-thread programs).
     merge_warps: int = 1
-    # fp8 caches: which dots run as fp8 tensor-core dots, "none", "qk" (q joins K's format), "pv"
-    # (P joins V's) or "qk_pv" (both) (kernels/paged_attention.py, FP8_QK, FP8_DOTS).  "qk" where
-    # ``support.fp8_qk_policy`` names the call (``fp8_dots_rule``), the others forced only: their speed and
-    # accuracy cost are in benchmarks/NOTES.md.
+    # fp8 caches: which dots run as fp8 tensor-core dots, "none", "qk_split" (q as two fp8 parts), "qk"
+    # (q joins K's format), "pv" (P joins V's) or "qk_pv" (both) (kernels/paged_attention.py, FP8_QK,
+    # QK_SPLIT, FP8_DOTS).  ``fp8_dots_rule`` chooses "qk_split", or "qk" where ``support.fp8_qk_policy``
+    # names the call; the others are forced only: their speed and accuracy cost are in benchmarks/NOTES.md.
     fp8_dots: str = "none"
     # AMD: the MFMA instruction's M/N size (Triton's ``matrix_instr_nonkdim``; 0: Triton's choice,
     # 32x32 for these dots).  16 where a warp's share of the tile's rows is under 32 (``choose``).
@@ -86,42 +86,60 @@ class AttentionLaunch:
 
 
 # The products each ``fp8_dots`` mode runs as fp8 dots: (Q K^T, P V).
-FP8_DOT_PRODUCTS = {"none": (False, False), "qk": (True, False), "pv": (False, True), "qk_pv": (True, True)}
+FP8_DOT_PRODUCTS = {"none": (False, False), "qk": (True, False), "pv": (False, True), "qk_pv": (True, True),
+                    "qk_split": (True, False)}
+# Modes whose Q K^T takes q as the sum of two fp8 parts (kernels/paged_attention.py, QK_SPLIT): K's
+# tiles unconverted as with "qk", q kept to a 16-bit operand's precision.
+FP8_QK_SPLIT_MODES = frozenset({"qk_split"})
+# Modes that round a 16-bit operand (q, or P) to e4m3's 3 mantissa bits: their answers are further from
+# the reference (benchmarks/NOTES.md, "v12 -> v13").
+FP8_ROUNDING_MODES = frozenset({"qk", "pv", "qk_pv"})
 FP8_DOTS_MODES = tuple(FP8_DOT_PRODUCTS)
 
-# Which calls over an fp8 cache run Q K^T as an fp8 dot: q joins K's format under one scale per
-# program, so K's tiles feed the tensor cores as they were read instead of converted; P V keeps its
-# fp16 dot.  H200, e4m3fn, q16 Qwen3-8B heads, TB/s of fp8 bytes: 32 x 16K 2.08 -> 2.93 (draft) and
-# 2.10 -> 3.03 (verify), 8 x 4K 1.66 -> 2.01, 1 x 32K 1.72 -> 2.10; Qwen3-32B heads 1.08 -> 1.62; a
-# DFlash2 q16 draft over window 2048 2.00 -> 2.59.  Tiles under 64 rows lose (too short for Hopper's
-# wgmma): a q8 window draft of Qwen3-8B heads (32 rows) 1.87 -> 1.78, a q1 decode level.  The cost:
-# relative error against the float64 reference of the dequantized cache 2.0e-2 instead of 1.7e-3 (q
-# rounded to 3 mantissa bits, as each cached K already is).  In a draft that error can only lower
-# acceptance, never change the target's output, but it does: the demo's distilled pair with the draft's
-# q so rounded accepts 0.8-1.8 % fewer tokens, about 1 % of its drafts flipped, a loss that grows with
-# tau (benchmarks/draft_q_rounding_tau.py), against a few percent of a step the draft's attention saves.
-# So it is opt-in (``support.fp8_qk_policy``): "draft" the non-causal calls, "all" the target's causal
-# calls too (its verify 2.10 -> 3.03 TB/s at the error above), "off" (the default) none.
+# Which calls over an fp8 cache run Q K^T as fp8 dots (P V keeps its fp16 dot over converted V): those in
+# tiles of at least FP8_QK_MIN_ROWS rows, over a cache in the GPU's own fp8 format (the tensor cores take
+# no other; the interpreter decodes every format from its bytes), under 16-bit queries.  Either way K's
+# tiles feed the tensor cores as they were read instead of converted (on Hopper through shared memory
+# and back, on CDNA by VALU work that bounds its loop).  Tiles under 64 rows lose (too short for Hopper's
+# wgmma): a q8 window draft of Qwen3-8B heads (32 rows) 1.87 -> 1.78 TB/s, a q1 decode 5-9 % slower.
+#
+# "qk_split" (the default): q is the sum of two fp8 parts, exact for bf16 queries, and Q K^T two fp8 dots
+# per K tile, the tensor-core time of one fp16 dot.  The default's error (1.5-1.7e-3 against the float64
+# reference of the dequantized cache, as with fp16 dots).  H100, e4m3fn, TB/s of fp8 bytes, against fp16
+# dots: q16 Qwen3-8B heads 32 x 16K 2.06 -> 2.69 (draft) and 2.03 -> 2.66 (verify), 8 x 4K and 1 x 32K
+# +2-4 %; Qwen3-32B heads +16-22 %; chunked prefill over an fp8 prefix +7-19 %.  CDNA (compiled, untimed):
+# the unmasked loop's VALU -26 to -31 % on gfx942 and gfx950, as many as "qk" leaves.
+#
+# "qk" where ``support.fp8_qk_policy`` names the call: q joins K's format under one scale per program, one
+# fp8 dot.  A further 3-5 % at 32 x 16K on the H100 (H200: 2.08 -> 2.93 draft, 2.10 -> 3.03 verify against
+# fp16 dots), at a relative error of 2.0e-2 (q rounded to 3 mantissa bits, as each cached K already is).
+# In a draft that error can only lower acceptance, never change the target's output, but it does: the
+# demo's distilled pair with the draft's q so rounded accepts 0.8-1.8 % fewer tokens, about 1 % of its
+# drafts flipped, a loss that grows with tau (benchmarks/draft_q_rounding_tau.py).  So it is opt-in:
+# "draft" the non-causal calls, "all" the target's causal calls too, "off" (the default) none.
 FP8_QK_MIN_ROWS = 64
 
 
-def fp8_qk_allowed(*, native_fp8: bool, dtype, causal: bool | None) -> bool:
-    """Whether a call may dot Q K^T in fp8: over a cache in the GPU's own fp8 format (the tensor cores
-    take no other; the interpreter decodes every format from its bytes) under 16-bit queries, and
-    named by ``support.fp8_qk_policy``."""
-    if not native_fp8 or causal is None or dtype not in support.FP8_DOT_QUERY_DTYPES or _runtime.interpreting():
-        return False
-    return support.fp8_qk_covers(causal)
+def fp8_dots_allowed(*, native_fp8: bool, dtype, causal: bool | None) -> tuple[str, ...]:
+    """The ``fp8_dots`` values a call may run: ("none",) unless the cache is in the GPU's own fp8 format
+    (``native_fp8``, on a GPU with fp8 dots) under 16-bit queries; then also "qk_split", and "qk" where
+    ``support.fp8_qk_policy`` names calls of this causality."""
+    if not native_fp8 or dtype not in support.FP8_DOT_QUERY_DTYPES or _runtime.interpreting():
+        return ("none",)
+    if causal is not None and support.fp8_qk_covers(causal):
+        return ("none", "qk_split", "qk")
+    return ("none", "qk_split")
 
 
 def fp8_dots_rule(*, native_fp8: bool, dtype, causal: bool | None, block_m: int, tuned: str | None = None) -> str:
-    """``fp8_dots`` for a call: where ``fp8_qk_allowed``, what a tuned entry chose for its bucket, else
-    "qk" in tiles of at least FP8_QK_MIN_ROWS rows; "none" everywhere else."""
-    if not fp8_qk_allowed(native_fp8=native_fp8, dtype=dtype, causal=causal):
-        return "none"
-    if tuned is not None:
+    """``fp8_dots`` for a call: among ``fp8_dots_allowed``, what a tuned entry chose for its bucket, else in
+    tiles of at least FP8_QK_MIN_ROWS rows "qk" where allowed, "qk_split" otherwise; else "none"."""
+    allowed = fp8_dots_allowed(native_fp8=native_fp8, dtype=dtype, causal=causal)
+    if tuned in allowed:
         return tuned
-    return "qk" if block_m >= FP8_QK_MIN_ROWS else "none"
+    if len(allowed) == 1 or block_m < FP8_QK_MIN_ROWS:
+        return "none"
+    return "qk" if "qk" in allowed else "qk_split"
 
 
 def window_edge_keys(block_q: int, block_n: int, fp8_dots: bool) -> int:
@@ -329,8 +347,9 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             launch = _with_block_q(launch, _forced["block_q"], group, None)
     native_fp8 = support.is_native_fp8(kv_cache_dtype, arch)
     if "fp8_dots" not in _forced:
-        launch = dataclasses.replace(launch, fp8_dots=fp8_dots_rule(native_fp8=native_fp8, dtype=dtype, causal=causal,
-                                                                    block_m=launch.block_m, tuned=tuned_fp8_dots))
+        rule = fp8_dots_rule(native_fp8=native_fp8 and support.has_fp8_dots(arch), dtype=dtype, causal=causal,
+                             block_m=launch.block_m, tuned=tuned_fp8_dots)
+        launch = dataclasses.replace(launch, fp8_dots=rule)
     if "merge_warps" not in _forced:
         launch = dataclasses.replace(launch, merge_warps=_merge_warps(head_dim_pad, launch.num_splits))
     if "mfma_nonkdim" not in _forced:

@@ -43,11 +43,12 @@ def dense_kv_launch(*, causal: bool, window: int, softcap: float, dtype, kv_cach
 
 
 def fp8_dots_choices(*, kv_cache_dtype, dtype, causal: bool, device=None) -> tuple[str, ...]:
-    """The ``fp8_dots`` values a call of these dtypes may run on the device's GPU: ("none", "qk") where
-    ``DFLASH_ROCM_FP8_QK`` lets it dot Q K^T in fp8, else ("none",).  A tuned entry chooses among them."""
+    """The ``fp8_dots`` values a call of these dtypes may run on the device's GPU
+    (``launch_config.fp8_dots_allowed``).  A tuned entry chooses among them."""
     index = None if device is None else torch.device(device).index
-    native = support.is_native_fp8(kv_cache_dtype, _runtime.gpu_arch(index))
-    return ("none", "qk") if launch_config.fp8_qk_allowed(native_fp8=native, dtype=dtype, causal=causal) else ("none",)
+    arch = _runtime.gpu_arch(index)
+    native = support.is_native_fp8(kv_cache_dtype, arch) and support.has_fp8_dots(arch)
+    return launch_config.fp8_dots_allowed(native_fp8=native, dtype=dtype, causal=causal)
 
 
 def describe_launch(*, num_tokens: int, num_seqs: int, num_q_heads: int, num_kv_heads: int, head_dim: int,

@@ -78,6 +78,14 @@ def is_native_fp8(kv_cache_dtype, arch: str) -> bool:
     return kv_cache_dtype is not None and kv_cache_dtype == native_fp8_dtype(arch)
 
 
+def has_fp8_dots(arch: str) -> bool:
+    """Whether ``arch``'s matrix units multiply fp8 operands: CDNA3 and CDNA4 (gfx94x, gfx950), NVIDIA from
+    Ada (sm_89).  Elsewhere an fp8 cache's tiles are converted for 16-bit dots."""
+    if arch.startswith(("gfx94", "gfx95")):
+        return True
+    return arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= 89
+
+
 def _names(dtypes) -> str:
     return ", ".join(str(d).replace("torch.", "") for d in dtypes)
 

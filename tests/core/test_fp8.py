@@ -199,12 +199,14 @@ def test_fp8_dots_are_never_used_where_the_cache_is_decoded_from_bytes(fmt):
     assert torch.equal(plain, forced)
 
 
-@pytest.mark.parametrize("mode,qk,pv,fp16", [("none", 0, 0, True), ("qk", 1, 0, True), ("pv", 0, 1, True),
-                                             ("qk_pv", 1, 1, False)])
-def test_each_fp8_dots_mode_switches_its_own_dots(monkeypatch, mode, qk, pv, fp16):
+@pytest.mark.parametrize("mode,qk,split,pv,fp16", [("none", 0, False, 0, True), ("qk", 1, False, 0, True),
+                                                   ("qk_split", 1, True, 0, True), ("pv", 0, False, 1, True),
+                                                   ("qk_pv", 1, False, 1, False)])
+def test_each_fp8_dots_mode_switches_its_own_dots(monkeypatch, mode, qk, split, pv, fp16):
     """On a GPU that converts the cache's format itself, ``fp8_dots`` names the dots that take fp8
-    operands: "qk" quantizes q (FP8_QK) and keeps P V in fp16, "pv" scales P into V's format
-    (FP8_DOTS), "qk_pv" both; with bf16 queries whatever stays unquantized dots in fp16."""
+    operands: "qk" quantizes q (FP8_QK) and keeps P V in fp16, "qk_split" splits q into two fp8 parts
+    (FP8_QK and QK_SPLIT), "pv" scales P into V's format (FP8_DOTS), "qk_pv" both; with bf16 queries
+    whatever stays unquantized dots in fp16."""
     from dflash_rocm_plugin.ops import launch_config
     from dflash_rocm_plugin.ops.backends import triton as triton_backend
     from dflash_rocm_plugin.ops.call import AttentionCall
@@ -216,19 +218,22 @@ def test_each_fp8_dots_mode_switches_its_own_dots(monkeypatch, mode, qk, pv, fp1
                          softcap=0.0, max_query_len=None, num_kv_splits=None, workspace=None)
     with launch_config.forced(fp8_dots=mode):
         c = triton_backend.Launch(call).constexprs
-    assert (c["FP8_QK"], c["FP8_DOTS"], c["FP16_DOTS"], c["SOFT_FP8"]) == (qk, pv, fp16, 0)
+    assert (c["FP8_QK"], c["QK_SPLIT"], c["FP8_DOTS"], c["FP16_DOTS"], c["SOFT_FP8"]) == (qk, split, pv, fp16, 0)
     if mode != "none":
         assert c["EDGE_N"] >= 32  # a window's edge tiles are fp8 dot operands too
 
 
-@pytest.mark.parametrize("policy,draft,verify", [(None, "none", "none"), ("draft", "qk", "none"), ("all", "qk", "qk"),
-                                                 ("off", "none", "none"), (" ALL ", "qk", "qk")])
+@pytest.mark.parametrize("policy,draft,verify", [(None, "qk_split", "qk_split"), ("draft", "qk", "qk_split"),
+                                                 ("all", "qk", "qk"), ("off", "qk_split", "qk_split"),
+                                                 (" ALL ", "qk", "qk")])
 @pytest.mark.parametrize("arch,fmt", [("sm_90", torch.float8_e4m3fn), ("gfx942", torch.float8_e4m3fnuz),
                                       ("gfx950", torch.float8_e4m3fn)])
 def test_fp8_qk_policy_chooses_which_calls_dot_q_k_in_fp8(monkeypatch, policy, draft, verify, arch, fmt):
-    """``DFLASH_ROCM_FP8_QK``: unset ("off"), no call dots Q K^T in fp8; "draft", the non-causal calls (a DFlash
-    draft's block) over a cache in the GPU's own fp8 format, not the causal (target) calls; "all", both.  The
-    chosen mode reaches the kernel (FP8_QK) and the launch description; tiles under 64 rows never take it."""
+    """Over a cache in the GPU's own fp8 format Q K^T dots in fp8: by default with q as two fp8 parts
+    ("qk_split"), and with q rounded into fp8 ("qk") for the calls ``DFLASH_ROCM_FP8_QK`` names: unset ("off")
+    none; "draft", the non-causal calls (a DFlash draft's block), not the causal (target) calls; "all", both.
+    The chosen mode reaches the kernel (FP8_QK, QK_SPLIT) and the launch description; tiles under 64 rows
+    keep 16-bit dots."""
     from dflash_rocm_plugin.ops import kv_cache, launch_config
     from dflash_rocm_plugin.ops.backends import triton as triton_backend
     from dflash_rocm_plugin.ops.call import AttentionCall
@@ -247,7 +252,8 @@ def test_fp8_qk_policy_chooses_which_calls_dot_q_k_in_fp8(monkeypatch, policy, d
                                  softcap=0.0, max_query_len=16, num_kv_splits=None, workspace=None)
             prepared = triton_backend.Launch(call)
             assert prepared.cfg.fp8_dots == expected
-            assert prepared.constexprs["FP8_QK"] == (kv_cache.FP8_CODES[fmt] if expected == "qk" else 0)
+            assert prepared.constexprs["FP8_QK"] == kv_cache.FP8_CODES[fmt]
+            assert prepared.constexprs["QK_SPLIT"] == (expected == "qk_split")
             assert not prepared.constexprs["FP8_DOTS"]  # P V keeps its fp16 dot
             described = ops.describe_launch(num_tokens=19, num_seqs=2, num_q_heads=8, num_kv_heads=2, head_dim=32,
                                             page_size=16, kv_capacity=64, causal=causal, dtype=torch.bfloat16,
@@ -266,6 +272,32 @@ def test_fp8_qk_policy_chooses_which_calls_dot_q_k_in_fp8(monkeypatch, policy, d
                     num_tokens=19, num_seqs=2, num_kv_heads=2, group=4, head_dim=32, kv_capacity=64,
                     max_query_len=16, num_splits=None, device_index=0, page_size=16, dtype=dtype,
                     kv_cache_dtype=cache, causal=causal).fp8_dots == "none"
+    finally:
+        ops.fp8_qk_policy.cache_clear()
+
+
+@pytest.mark.parametrize("policy", ["off", "all"])
+def test_gpus_without_fp8_dots_convert_the_tiles(monkeypatch, policy):
+    """A GPU whose matrix units take no fp8 operands (Ampere, sm_80) dots the converted tiles in 16 bits,
+    whatever the switch says."""
+    from dflash_rocm_plugin.ops.backends import triton as triton_backend
+    from dflash_rocm_plugin.ops.call import AttentionCall
+    from tests.core.cases import pin_gpu
+    pin_gpu(monkeypatch, "sm_80", 163 * 1024, 108)
+    monkeypatch.setenv(ops.FP8_QK_ENV, policy)
+    ops.fp8_qk_policy.cache_clear()
+    try:
+        assert not ops.has_fp8_dots("sm_80") and ops.has_fp8_dots("sm_89") and ops.has_fp8_dots("sm_120")
+        assert ops.fp8_dots_choices(kv_cache_dtype=torch.float8_e4m3fn, dtype=torch.bfloat16, causal=False) == ("none",)
+        case = build([40, 9], [16, 3], num_q_heads=8, num_kv_heads=2, dtype=torch.bfloat16,
+                     cache_dtype=torch.float8_e4m3fn)
+        q, k, v, table, sl, qsl = case.args()
+        for causal in (False, True):
+            call = AttentionCall(q, k, v, table, sl, qsl, torch.empty_like(q), causal=causal, scale=0.1, window=0,
+                                 softcap=0.0, max_query_len=16, num_kv_splits=None, workspace=None)
+            prepared = triton_backend.Launch(call)
+            assert prepared.cfg.block_m == 64 and prepared.cfg.fp8_dots == "none"
+            assert (prepared.constexprs["FP8_QK"], prepared.constexprs["FP16_DOTS"]) == (0, True)
     finally:
         ops.fp8_qk_policy.cache_clear()
 
@@ -305,3 +337,23 @@ def test_a_bad_fp8_qk_switch_is_refused_at_validation_naming_its_values(monkeypa
         assert torch.isnan(out).all()  # nothing launched
     finally:
         ops.fp8_qk_policy.cache_clear()
+
+
+@pytest.mark.parametrize("fmt", [torch.float8_e4m3fn, torch.float8_e4m3fnuz], ids=["e4m3fn", "e4m3fnuz"])
+def test_a_bf16_query_is_two_fp8_parts_exactly(fmt):
+    """Why ``fp8_dots="qk_split"`` keeps the fp16 dots' error: scaled by a power of two into the format's range,
+    every bf16 value is the sum of its nearest e4m3 value and the e4m3 value of the remainder, exactly from a
+    quarter (e4m3fn; e4m3fnuz: an eighth) up, within half the smallest subnormal below -- in the kernel's
+    scaling (largest element over half the format's maximum) within 2^-17 of the program's largest element."""
+    from dflash_rocm_plugin.ops import support
+    largest = support.FP8_MAX[fmt]
+    x = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    x = x[torch.isfinite(x) & (x.abs() <= largest)]
+    hi = x.to(fmt).float()
+    lo = (x - hi).to(fmt).float()
+    err = (hi + lo - x).abs()
+    exact_from = 0.25 if fmt == torch.float8_e4m3fn else 0.125
+    assert err[x.abs() >= exact_from].max() == 0
+    subnormal = 2.0 ** (-9 if fmt == torch.float8_e4m3fn else -10)
+    assert err.max() <= subnormal / 2
+    assert subnormal / 2 / (largest / 2) < 2.0 ** -17

@@ -145,12 +145,15 @@ def test_chosen_launch_compiles_for_the_gpu(compiled, arch, name):
 
 
 @pytest.mark.parametrize("arch", sorted(DEVICES))
-def test_the_chosen_fp8_draft_launch_dots_q_k_in_fp8(compiled, arch):
-    """Under ``DFLASH_ROCM_FP8_QK=draft`` the draft's block over a cache in the GPU's own fp8 format is the one
-    launch above that dots Q K^T in fp8 (``launch_config.fp8_dots_rule``); the verify, the other format
-    (decoded from its bytes) and 16-bit caches keep fp16 dots."""
+def test_the_chosen_fp8_launches_dot_q_k_in_fp8(compiled, arch):
+    """Over a cache in the GPU's own fp8 format Q K^T dots in fp8 (``launch_config.fp8_dots_rule``): under
+    ``DFLASH_ROCM_FP8_QK=draft`` the draft's block with q rounded into fp8, the verify blocks with q as two
+    fp8 parts; the other format (decoded from its bytes) and 16-bit caches keep 16-bit dots.  Each compiled
+    above."""
     chosen = {name: compiled[(arch, name)][0]["fp8_dots"] for name, *_ in CASES}
     assert chosen.pop("qwen3-8b draft 32x16K p16 fp8") == "qk"
+    assert chosen.pop("qwen3-8b verify 8x4K p1 fp8 split") == "qk_split"
+    assert chosen.pop("qwen3-next d256 verify 32x16K p16 fp8") == "qk_split"
     assert set(chosen.values()) == {"none"}
 
 
@@ -198,7 +201,8 @@ def test_fp8_dot_launches_compile_for_every_gpu(monkeypatch):
     default fp16 dots) build for each GPU's native fp8 format, draft and verify, split and not, and
     fit its shared memory."""
     jobs = []
-    variants = (dict(fp8_dots="qk"), dict(fp8_dots="pv"), dict(fp8_dots="qk_pv"), dict(pv_transposed=True))
+    variants = (dict(fp8_dots="qk"), dict(fp8_dots="qk_split"), dict(fp8_dots="pv"), dict(fp8_dots="qk_pv"),
+                dict(pv_transposed=True))
     for arch, variant in itertools.product(sorted(DEVICES), variants):
         for hq, batch, context, page, causal in ((32, 32, 16384, 16, False), (32, 8, 4096, 1, True), (64, 8, 4096, 16, True)):
             cfg = dataclasses.replace(_launch(monkeypatch, arch, hq, 8, 128, batch, context, page), **variant)
@@ -242,12 +246,14 @@ def test_transposed_pv_takes_a_converted_fp8_v_from_registers():
     assert pv_dots[True] and all(a.startswith("tensor<128x64xf16") for a, _, _ in pv_dots[True])
 
 
-def test_fp8_qk_dots_take_k_as_it_was_copied():
-    """What ``fp8_dots="qk"`` is for: q joins the cache's format, so Q K^T reads each fp8 K tile from
-    the buffer its copy landed in (Hopper: the pipelined shared-memory buffer as wgmma's B operand;
-    MI300X: fp8 MFMAs) instead of converting it first, while P V keeps its fp16 dot."""
+@pytest.mark.parametrize("mode", ["qk", "qk_split"])
+def test_fp8_qk_dots_take_k_as_it_was_copied(mode):
+    """What ``fp8_dots="qk"`` and "qk_split" are for: q joins the cache's format (split: as two parts, two
+    dots per K tile), so Q K^T reads each fp8 K tile from the buffer its copy landed in (Hopper: the
+    pipelined shared-memory buffer as wgmma's B operand; MI300X: fp8 MFMAs) instead of converting it
+    first, while P V keeps its fp16 dot."""
     cfg = launch_config.AttentionLaunch(block_q=16, block_m=64, block_n=64, head_dim_pad=128, num_splits=1,
-                                        num_warps=4, num_stages=5, fp8_dots="qk")
+                                        num_warps=4, num_stages=5, fp8_dots=mode)
     shape = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, causal=True, num_tokens=512,
                  num_seqs=32, table_width=1024, cache="fp8-fn")
     amd = dataclasses.replace(cfg, num_stages=1)
@@ -260,6 +266,7 @@ def test_fp8_qk_dots_take_k_as_it_was_copied():
     pv = [d for d in dots if d[2].startswith("tensor<64x128x")]
     assert qk and all(a.startswith("tensor<64x128xf8E4M3FN") and b.startswith("!ttg.memdesc<128x64xf8E4M3FN")
                       and "mutable" in b for a, b, _ in qk), qk
+    assert len(qk) == len(pv) * (2 if mode == "qk_split" else 1)
     assert pv and all(a.startswith("tensor<64x64xf16") and b.startswith("!ttg.memdesc<64x128xf16")
                       for a, b, _ in pv), pv
     assert "asm" in mi300, mi300.get("error")

@@ -304,25 +304,28 @@ def test_prefill_buckets_sweep_the_query_rows_and_write_the_winner(tmp_path, mon
     clear_tuned_caches()
 
 
-@pytest.mark.parametrize("causal_choices", [("none", "qk"), ("none",)], ids=["switch-names-the-calls", "it-does-not"])
-def test_over_an_fp8_cache_the_flags_are_tried_with_and_without_fp8_q_k(tmp_path, monkeypatch, causal_choices):
-    """Where the cache is in the GPU's fp8 format and ``DFLASH_ROCM_FP8_QK`` names the bucket's calls
-    (``ops.fp8_dots_choices``; the interpreter here reads fp8 from bytes, so the answer is stood in for),
-    each pair of loop flags is tried with Q K^T in fp8 and without, and the entry says which won; where
-    the switch does not name the calls, no candidate sets it."""
+@pytest.mark.parametrize("causal_choices", [("none", "qk_split", "qk"), ("none", "qk_split"), ("none",)],
+                         ids=["switch-names-the-calls", "it-does-not", "no-fp8-dots"])
+def test_over_an_fp8_cache_the_flags_are_tried_with_each_q_k_dot(tmp_path, monkeypatch, causal_choices):
+    """Where the cache is in the GPU's fp8 format (``ops.fp8_dots_choices``; the interpreter here reads fp8
+    from bytes, so the answer is stood in for) each pair of loop flags is tried with each way Q K^T may dot
+    (16-bit, q as two fp8 parts, and q rounded into fp8 where ``DFLASH_ROCM_FP8_QK`` names the bucket's
+    calls), and the entry says which won; where the GPU has no fp8 dots no candidate sets it."""
     monkeypatch.setenv(tuned.ENV, "off")
     clear_tuned_caches()
     monkeypatch.setattr(measure.ops, "fp8_dots_choices", lambda **kw: causal_choices)
     shapes = space_mod.buckets(["draft-q16"], HEADS, [16], [(2, 128)], kv="fp8")
-    timer = FakeTimer(lambda c, n: 40.0 if dict(c.fields).get("fp8_dots") == "qk" else 100.0)
+    speed = {"qk": 40.0, "qk_split": 60.0}
+    timer = FakeTimer(lambda c, n: speed.get(dict(c.fields).get("fp8_dots"), 100.0))
     rc, record = tune(tmp_path, shapes, timer, "--kv", "fp8", space=ONE)
     (bucket,) = record["buckets"]
     tried = [t["launch"] for t in bucket["tried"] if t["launch"]]
     assert rc == 0 and all(t["error"] is None for t in bucket["tried"])
-    if len(causal_choices) == 2:
-        assert {t.get("fp8_dots") for t in tried} == {"none", "qk"}
-        assert bucket["decision"] == "tuned" and bucket["entry"]["launch"]["fp8_dots"] == "qk"
-        assert bucket["entry"]["measured"]["tuned"].endswith("fp8qk")
+    if len(causal_choices) > 1:
+        best = causal_choices[-1]
+        assert {t.get("fp8_dots") for t in tried} == set(causal_choices)
+        assert bucket["decision"] == "tuned" and bucket["entry"]["launch"]["fp8_dots"] == best
+        assert bucket["entry"]["measured"]["tuned"].endswith({"qk": "fp8qk", "qk_split": "fp8qk2"}[best])
     else:
         assert all("fp8_dots" not in t for t in tried) and bucket["decision"] == "default kept"
     clear_tuned_caches()
@@ -330,8 +333,8 @@ def test_over_an_fp8_cache_the_flags_are_tried_with_and_without_fp8_q_k(tmp_path
 
 @pytest.mark.parametrize("policy", ["draft", "off"])
 def test_the_dry_run_counts_the_fp8_q_k_candidates(monkeypatch, policy):
-    """With ``--kv fp8`` each pair of loop flags is counted twice for the calls the switch names (under
-    "draft" the draft's) and once for the others."""
+    """With ``--kv fp8`` on a GPU with fp8 dots each pair of loop flags is counted three times for the calls
+    the switch names (under "draft" the draft's: 16-bit, two fp8 parts, q in fp8) and twice for the others."""
     monkeypatch.setenv(ops.FP8_QK_ENV, policy)
     ops.fp8_qk_policy.cache_clear()
     shapes = space_mod.buckets(["draft-q16", "verify-q16"], (32, 8, 128), [16], [(32, 16384)], kv="fp8")
@@ -339,7 +342,7 @@ def test_the_dry_run_counts_the_fp8_q_k_candidates(monkeypatch, policy):
     space = space_mod.space_for("sm_90")
     flags = len(space.page_ids_asm) * len(space.overlap_qk)
     fp8, plain = (driver.expected_candidates(s, "sm_90", torch.bfloat16, space) for s in (shapes, bf16))
-    assert fp8 == [plain[0] + (flags if policy == "draft" else 0), plain[1]]
+    assert fp8 == [plain[0] + flags * (2 if policy == "draft" else 1), plain[1] + flags]
     ops.fp8_qk_policy.cache_clear()
 
 

@@ -148,9 +148,10 @@ def test_tuned_splits_apply_only_where_the_rules_could_split(h200, files):
 
 @pytest.mark.parametrize("policy", ["draft", "all", "off"])
 def test_a_tuned_fp8_dots_applies_only_to_calls_the_switch_names(h200, files, monkeypatch, policy):
-    """An entry may say whether its bucket dots Q K^T in fp8 ("none" or "qk", as ``dflash-rocm tune`` measured
-    it), overriding the 64-row floor both ways, but only for calls ``DFLASH_ROCM_FP8_QK`` names: it never gives
-    a target's causal call fp8 dots under the default "draft", nor any call under "off"."""
+    """An entry may say how its bucket dots Q K^T over an fp8 cache ("none", "qk_split" or "qk", as
+    ``dflash-rocm tune`` measured it), overriding the 64-row floor both ways; "qk" (q rounded into fp8) only
+    for calls ``DFLASH_ROCM_FP8_QK`` names: never a target's causal call under "draft", nor any call under
+    "off", which then take the rule's choice."""
     fn = torch.float8_e4m3fn
     monkeypatch.setenv(ops.FP8_QK_ENV, policy)
     ops.fp8_qk_policy.cache_clear()
@@ -159,13 +160,15 @@ def test_a_tuned_fp8_dots_applies_only_to_calls_the_switch_names(h200, files, mo
             entry(kv="float8_e4m3fn", launch=dict(FAST, fp8_dots="none")),                     # q16 draft, 64 rows
             entry(kv="float8_e4m3fn", q=8, launch=dict(FAST, fp8_dots="qk")),                  # q8 draft, 32 rows
             entry(kv="float8_e4m3fn", causal=True, launch=dict(FAST, fp8_dots="qk")),          # q16 verify
+            entry(kv="float8_e4m3fn", causal=True, q=8, launch=dict(FAST, fp8_dots="qk_split")),  # q8 verify
             entry(kv="float8_e4m3fn", batch=64, context=8192, launch=dict(FAST))]))           # says nothing
         drafts, verify = policy != "off", policy == "all"
         assert launch(kv=fn).fp8_dots == "none" and tuned_fields(launch(kv=fn)) == FAST
         assert launch(kv=fn, q_len=8).block_m == 32
-        assert launch(kv=fn, q_len=8).fp8_dots == ("qk" if drafts else "none")
-        assert launch(kv=fn, causal=True).fp8_dots == ("qk" if verify else "none")
-        assert launch(kv=fn, batch=64, context=8192).fp8_dots == ("qk" if drafts else "none")   # the rule's
+        assert launch(kv=fn, q_len=8).fp8_dots == ("qk" if drafts else "none")                 # else the floor
+        assert launch(kv=fn, causal=True).fp8_dots == ("qk" if verify else "qk_split")
+        assert launch(kv=fn, causal=True, q_len=8).fp8_dots == "qk_split"                      # under the floor
+        assert launch(kv=fn, batch=64, context=8192).fp8_dots == ("qk" if drafts else "qk_split")  # the rule's
         with ops.forced_launch(fp8_dots="qk"):
             assert launch(kv=fn).fp8_dots == "qk"                                               # forced wins
     finally:

@@ -3,7 +3,8 @@
 ``fp8_dots``: "qk": q joins K's fp8 format under one scale per program; "pv": P is scaled into V's
 fp8 format; "qk_pv": both.  So the answer is further from the float64 reference of the dequantized cache than the
 fp16 dots (which only round P to fp16): it must stay within each mode's relative error and
-differ from the default (the switch takes effect).  ``pv_transposed`` (O^T = V^T P^T, fp16 dots)
+differ from the default (the switch takes effect).  "qk_split": q as the sum of two fp8 parts, two fp8
+dots over each K tile: the default's error, a tenth of "qk"'s.  ``pv_transposed`` (O^T = V^T P^T, fp16 dots)
 keeps the default's error.  Each replays bitwise under graph capture.
 """
 
@@ -21,6 +22,7 @@ VARIANTS = {
     "fp8-qk": (dict(fp8_dots="qk"), 5e-2, True),
     "fp8-pv": (dict(fp8_dots="pv"), 5e-2, True),
     "fp8-qk-pv": (dict(fp8_dots="qk_pv"), 5e-2, True),
+    "fp8-qk-split": (dict(fp8_dots="qk_split"), 5e-3, True),
     "pv-transposed": (dict(pv_transposed=True), 1e-2, False),
 }
 MODES = sorted(VARIANTS)
@@ -53,6 +55,8 @@ def test_opt_in_launch_stays_close_to_the_reference(mode, causal, page, splits):
     err, err_default = _rel(out, ref), _rel(default, ref)
     print(f"{mode} rel err {err:.2e} (fp16 dots {err_default:.2e})")
     assert err < tolerance
+    if fields.get("fp8_dots") in launch_config.FP8_QK_SPLIT_MODES:
+        assert err < 1.1 * err_default  # q exactly as two parts: only the dots' rounding differs
     if differs:
         assert not torch.equal(out, default)
 

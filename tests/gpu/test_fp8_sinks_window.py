@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from dflash_rocm_plugin import ops, reference
+from dflash_rocm_plugin.ops import launch_config
 
 pytestmark = pytest.mark.gpu
 
@@ -56,20 +57,22 @@ def _check(args, causal, **kw):
 
 
 def _tolerance(args, causal):
-    """1e-2 relative; 5e-2 where the chosen launch rounds q to fp8 for Q K^T (``ops.fp8_qk_policy``)."""
+    """1e-2 relative; 5e-2 where the chosen launch rounds q to fp8 for Q K^T (``ops.fp8_qk_policy``), not
+    where it takes q as two fp8 parts (the default)."""
     q, k, _, table, sl, _ = args
     launch = ops.describe_launch(num_tokens=q.shape[0], num_seqs=sl.shape[0], num_q_heads=q.shape[1],
                                  num_kv_heads=k.shape[2], head_dim=q.shape[2], page_size=k.shape[1],
                                  kv_capacity=table.shape[1] * k.shape[1], causal=causal, dtype=q.dtype,
                                  kv_cache_dtype=k.dtype, max_query_len=16).launch
-    return 5e-2 if launch.fp8_dots != "none" else 1e-2
+    return 5e-2 if launch.fp8_dots in launch_config.FP8_ROUNDING_MODES else 1e-2
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
 def test_fp8_q_k_dots_follow_the_switch(causal):
-    """``DFLASH_ROCM_FP8_QK``: "off" (unset) keeps fp16 dots everywhere; "draft" runs Q K^T in fp8 for a
-    non-causal call (a DFlash draft's block) over a cache in the GPU's own fp8 format, at an error about ten
-    times the fp16 dots', and keeps a causal (target) call as it was; "all" gives the target the same."""
+    """``DFLASH_ROCM_FP8_QK``: "off" (unset) keeps q to 16-bit precision everywhere (two fp8 parts); "draft"
+    rounds q into fp8 for a non-causal call (a DFlash draft's block) over a cache in the GPU's own fp8
+    format, at an error about ten times the fp16 dots', and keeps a causal (target) call as it was; "all"
+    gives the target the same."""
     from dflash_rocm_plugin.ops import call_cache
     assert ops.fp8_qk_policy() == "off", "run with DFLASH_ROCM_FP8_QK unset"
     args = _build([1000, 4111, 16, 2049], 16, cache=ops.native_fp8_dtype(ops.gpu_arch()), seed=5)

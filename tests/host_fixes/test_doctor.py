@@ -40,22 +40,26 @@ def test_text_without_hosts(capsys):
 
 @pytest.mark.parametrize("arch, native, decoded", [("gfx942", "float8_e4m3fnuz", "float8_e4m3fn"),
                                                    ("gfx950", "float8_e4m3fn", "float8_e4m3fnuz"),
-                                                   ("sm_90", "float8_e4m3fn", "float8_e4m3fnuz")])
+                                                   ("sm_90", "float8_e4m3fn", "float8_e4m3fnuz"),
+                                                   ("sm_80", "float8_e4m3fn", "float8_e4m3fnuz")])
 def test_fp8_format_of_each_gpu(monkeypatch, arch, native, decoded):
     from dflash_rocm_plugin import ops
     monkeypatch.setattr(ops, "interpreting", lambda: False)
     monkeypatch.delenv("DFLASH_ROCM_FP8_QK", raising=False)
     ops.fp8_qk_policy.cache_clear()
     info = doctor.fp8_report(arch)
-    assert info == {"native": native, "decoded": [decoded], "fp8_qk": "off", "fp8_qk_env": "DFLASH_ROCM_FP8_QK"}
+    fp8_dots = arch != "sm_80"  # Ampere multiplies no fp8 operands
+    assert info == {"native": native, "decoded": [decoded], "fp8_dots": fp8_dots, "fp8_qk": "off",
+                    "fp8_qk_env": "DFLASH_ROCM_FP8_QK"}
     line = doctor._fp8_line(info, arch)
     assert line.startswith(f"{native} converted by {arch}")
-    assert line.endswith("Q K^T in fp8 for no call (DFLASH_ROCM_FP8_QK=off)")
+    dots = "Q K^T on fp8 dots, q as two fp8 parts" if fp8_dots else "no fp8 dots here: 16-bit dots"
+    assert line.endswith(f"{dots}; q rounded into fp8 for no call (DFLASH_ROCM_FP8_QK=off)")
     monkeypatch.setenv("DFLASH_ROCM_FP8_QK", "draft")
     ops.fp8_qk_policy.cache_clear()
     try:
         line = doctor._fp8_line(doctor.fp8_report(arch), arch)
-        assert line.endswith("Q K^T in fp8 for the non-causal (DFlash draft) calls (DFLASH_ROCM_FP8_QK=draft)")
+        assert line.endswith("q rounded into fp8 for the non-causal (DFlash draft) calls (DFLASH_ROCM_FP8_QK=draft)")
     finally:
         monkeypatch.delenv("DFLASH_ROCM_FP8_QK")
         ops.fp8_qk_policy.cache_clear()

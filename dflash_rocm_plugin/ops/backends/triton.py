@@ -81,7 +81,8 @@ class Launch:
             USE_SINKS=call.sinks is not None, USE_K_SCALE=call.k_scale is not None,
             USE_V_SCALE=call.v_scale is not None,
             SOFT_FP8=soft, UPCAST_DOTS=upcast, FP16_DOTS=fp16_dots, FP8_DOTS=fp8_code,
-            FP8_QK=fp8_qk, PV_T=cfg.pv_transposed, P_INT_ROUND=p_int_round,
+            FP8_QK=fp8_qk, QK_SPLIT=bool(fp8_qk) and fp8_dots in launch_config.FP8_QK_SPLIT_MODES,
+            PV_T=cfg.pv_transposed, P_INT_ROUND=p_int_round,
             HEAVY_FIRST=cfg.heavy_first, EXTEND_MIN_Q=call.extend_min_q,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
