@@ -8,8 +8,9 @@ power-of-two sizes the chooser's lookup rounds up to), so an entry is timed wher
 
 The search is coordinate descent from the default launch: KV splits (blocks short enough to split)
 or, for prefill and chunked prefill, the query rows of a tile, then tile x warps x stages at the
-best of those, then the two loop flags (each with and without Q K^T in fp8, over an fp8 cache whose
-calls ``DFLASH_ROCM_FP8_QK`` lets dot in fp8), then the split counts next to the best.  Its length does
+best of those, then the two loop flags (over an fp8 cache each with every Q K^T dot the call may run:
+16-bit, q as two fp8 parts, and q rounded into fp8 where ``DFLASH_ROCM_FP8_QK`` names the calls), then
+the split counts next to the best.  Its length does
 not depend on what is measured, so ``--dry-run`` counts it.
 """
 
