@@ -107,7 +107,7 @@ FP8_DOTS_MODES = tuple(FP8_DOT_PRODUCTS)
 # per K tile, the tensor-core time of one fp16 dot.  The default's error (1.5-1.7e-3 against the float64
 # reference of the dequantized cache, as with fp16 dots).  H100, e4m3fn, TB/s of fp8 bytes, against fp16
 # dots: q16 Qwen3-8B heads 32 x 16K 2.06 -> 2.69 (draft) and 2.03 -> 2.66 (verify), 8 x 4K and 1 x 32K
-# +2-4 %; Qwen3-32B heads +16-22 %; chunked prefill over an fp8 prefix +7-19 %.  CDNA (compiled, untimed):
+# +2-4 %; Qwen3-32B heads +15-22 %; chunked prefill over an fp8 prefix +7-19 %.  CDNA (compiled, untimed):
 # the unmasked loop's VALU -26 to -31 % on gfx942 and gfx950, as many as "qk" leaves.
 #
 # "qk" where ``support.fp8_qk_policy`` names the call: q joins K's format under one scale per program, one
