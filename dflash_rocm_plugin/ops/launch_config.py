@@ -331,14 +331,14 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
         num_stages = min(num_stages, 3)  # three 64-key K/V stages beside the 256-row Q tile
     launch = AttentionLaunch(block_q, block_m, block_n, head_dim_pad, num_splits, num_warps, num_stages,
                              page_ids_asm=page_ids_asm, overlap_qk=overlap_qk)
-    tuned_fp8_dots = None
+    tuned_fp8_dots, tuned_entry = None, False
     if dtype is not None and causal is not None:
         entry = tuned.lookup(arch, heads=(group * num_kv_heads, num_kv_heads, head_dim), dtype=dtype,
                              kv_cache_dtype=kv_cache_dtype, causal=causal, num_tokens=num_tokens,
                              num_seqs=num_seqs, max_query_len=max_query_len, kv_keys=kv_capacity,
                              page_size=page_size)
         if entry is not None and entry.launch is not None:
-            tuned_fp8_dots = entry.launch.get("fp8_dots")
+            tuned_fp8_dots, tuned_entry = entry.launch.get("fp8_dots"), True
             launch = _tuned_launch(launch, entry.launch, arch, splits_free=short_queries and not explicit_splits,
                                    rows_free=not short_queries, group=group, max_query_len=max_query_len)
     if _forced:
@@ -350,6 +350,13 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
         rule = fp8_dots_rule(native_fp8=native_fp8 and support.has_fp8_dots(arch), dtype=dtype, causal=causal,
                              block_m=launch.block_m, tuned=tuned_fp8_dots)
         launch = dataclasses.replace(launch, fp8_dots=rule)
+    if (launch.fp8_dots == "qk_split" and launch.num_stages == 5 and not launch.page_ids_asm and launch.block_m < 128
+            and not tuned_entry and "page_ids_asm" not in _forced):
+        # The deep pipeline's page ids (5 stages, ``tl.load`` ids) over an fp8 cache whose K feeds the
+        # dots unconverted: inline ids leave the K/V gather as the only pipelined load and win there.
+        # H100, q16 Qwen3-8B heads, page 16, 32 x 16K: 2.55 -> 2.73 TB/s draft, 2.52 -> 2.72 verify (and
+        # ``dflash-rocm tune`` chose the same, 398.8 -> 377.4 us); Qwen3-32B's 128-row tiles lost 12 %.
+        launch = dataclasses.replace(launch, page_ids_asm=True)
     if "merge_warps" not in _forced:
         launch = dataclasses.replace(launch, merge_warps=_merge_warps(head_dim_pad, launch.num_splits))
     if "mfma_nonkdim" not in _forced:

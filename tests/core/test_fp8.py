@@ -357,3 +357,32 @@ def test_a_bf16_query_is_two_fp8_parts_exactly(fmt):
     subnormal = 2.0 ** (-9 if fmt == torch.float8_e4m3fn else -10)
     assert err.max() <= subnormal / 2
     assert subnormal / 2 / (largest / 2) < 2.0 ** -17
+
+
+@pytest.mark.parametrize("policy", ["off", "all"])
+def test_deep_fp8_loops_with_q_in_two_parts_read_page_ids_inline(monkeypatch, policy):
+    """On NVIDIA an unsplit page-16 loop over an fp8 cache whose Q K^T takes q in two parts reads its page
+    ids inline (the 5-stage pipeline keeps only the K/V gather); not with q rounded into fp8 (untimed), in
+    128-row tiles (they lost), over a 16-bit cache, on AMD, nor where a launch field is forced."""
+    from dflash_rocm_plugin.ops import launch_config
+    from tests.core.cases import pin_gpu
+    monkeypatch.setenv(ops.FP8_QK_ENV, policy)
+    ops.fp8_qk_policy.cache_clear()
+
+    def choose(arch, group=4, cache=torch.float8_e4m3fn):
+        pin_gpu(monkeypatch, arch, 227 * 1024 if arch.startswith("sm") else 160 * 1024, 132)
+        return launch_config.choose(num_tokens=32 * 16, num_seqs=32, num_kv_heads=8, group=group, head_dim=128,
+                                    kv_capacity=16384, max_query_len=16, num_splits=None, device_index=0,
+                                    page_size=16, dtype=torch.bfloat16, kv_cache_dtype=cache, causal=True)
+    try:
+        split = choose("sm_90")
+        assert (split.fp8_dots, split.num_splits, split.num_stages) == ("qk_split" if policy == "off" else "qk", 1, 5)
+        assert split.page_ids_asm == (policy == "off")
+        assert not choose("sm_90", cache=torch.bfloat16).page_ids_asm
+        tall = choose("sm_90", group=8)
+        assert tall.block_m == 128 and tall.fp8_dots in ("qk_split", "qk") and not tall.page_ids_asm
+        assert not choose("gfx950").page_ids_asm
+        with launch_config.forced(page_ids_asm=False):
+            assert not choose("sm_90").page_ids_asm
+    finally:
+        ops.fp8_qk_policy.cache_clear()
