@@ -62,7 +62,8 @@ Four launch-time choices serve that streaming:
     warp waits on an id.  At 3 stages the chain leaves one: the K/V of step
     i+1 are issued after step i's dots and every step starts by draining all
     copies.
-  * PAGE_IDS_ASM (NVIDIA, split-KV and short page-16 loops): reading the page
+  * PAGE_IDS_ASM (NVIDIA, split-KV and short page-16 loops, and page-16 fp8 loops
+    whose K feeds the dots unconverted): reading the page
     ids with an inline ``ld.global.nc`` (an op the pipeliner does not convert)
     leaves the K/V gather as the loop's only pipelined load, so 3 stages
     already keep two K/V tiles in flight with a shorter prologue.  The read
