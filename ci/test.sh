@@ -35,9 +35,9 @@ SUITES=(
 )
 # Workers for the parallel suites: every core up to 4 (each vLLM worker holds its own import of vllm);
 # DFLASH_TEST_WORKERS overrides, 1 runs every suite in one process.
-WORKERS="${DFLASH_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
+CORES="$(nproc 2>/dev/null || echo 1)"
+WORKERS="${DFLASH_TEST_WORKERS:-$(( CORES < 4 ? CORES : 4 ))}"
 [[ "$WORKERS" =~ ^[0-9]+$ && "$WORKERS" -ge 1 ]] || { log "DFLASH_TEST_WORKERS must be a positive integer, got '$WORKERS'"; exit 2; }
-[[ -n "${DFLASH_TEST_WORKERS:-}" || "$WORKERS" -le 4 ]] || WORKERS=4
 
 wanted() { [[ $# -eq 0 ]] && return 0; local s; for s in "${SELECTED[@]}"; do [[ "$s" == "$1" ]] && return 0; done; return 1; }
 SELECTED=("$@")
