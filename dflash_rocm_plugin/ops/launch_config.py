@@ -111,8 +111,9 @@ FP8_DOTS_MODES = tuple(FP8_DOT_PRODUCTS)
 # the unmasked loop's VALU -26 to -31 % on gfx942 and gfx950, as many as "qk" leaves.
 #
 # "qk" where ``support.fp8_qk_policy`` names the call: q joins K's format under one scale per program, one
-# fp8 dot.  A further 3-5 % at 32 x 16K on the H100 (H200: 2.08 -> 2.93 draft, 2.10 -> 3.03 verify against
-# fp16 dots), at a relative error of 2.0e-2 (q rounded to 3 mantissa bits, as each cached K already is).
+# fp8 dot.  2-7 % faster than "qk_split" on the H100 with the same page ids (H200: 2.08 -> 2.93 draft,
+# 2.10 -> 3.03 verify against fp16 dots), at a relative error of 2.0e-2 (q rounded to 3 mantissa bits, as
+# each cached K already is).
 # In a draft that error can only lower acceptance, never change the target's output, but it does: the
 # demo's distilled pair with the draft's q so rounded accepts 0.8-1.8 % fewer tokens, about 1 % of its
 # drafts flipped, a loss that grows with tau (benchmarks/draft_q_rounding_tau.py).  So it is opt-in:
