@@ -348,7 +348,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             launch = _with_block_q(launch, _forced["block_q"], group, None)
     native_fp8 = support.is_native_fp8(kv_cache_dtype, arch)
     if "fp8_dots" not in _forced:
-        rule = fp8_dots_rule(native_fp8=native_fp8 and support.has_fp8_dots(arch), dtype=dtype, causal=causal,
+        rule = fp8_dots_rule(native_fp8=support.multiplies_fp8(kv_cache_dtype, arch), dtype=dtype, causal=causal,
                              block_m=launch.block_m, tuned=tuned_fp8_dots)
         launch = dataclasses.replace(launch, fp8_dots=rule)
     if (launch.fp8_dots == "qk_split" and launch.num_stages == 5 and not launch.page_ids_asm and launch.block_m < 128

@@ -46,8 +46,7 @@ def fp8_dots_choices(*, kv_cache_dtype, dtype, causal: bool, device=None) -> tup
     """The ``fp8_dots`` values a call of these dtypes may run on the device's GPU
     (``launch_config.fp8_dots_allowed``).  A tuned entry chooses among them."""
     index = None if device is None else torch.device(device).index
-    arch = _runtime.gpu_arch(index)
-    native = support.is_native_fp8(kv_cache_dtype, arch) and support.has_fp8_dots(arch)
+    native = support.multiplies_fp8(kv_cache_dtype, _runtime.gpu_arch(index))
     return launch_config.fp8_dots_allowed(native_fp8=native, dtype=dtype, causal=causal)
 
 

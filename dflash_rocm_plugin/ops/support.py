@@ -86,6 +86,12 @@ def has_fp8_dots(arch: str) -> bool:
     return arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= 89
 
 
+def multiplies_fp8(kv_cache_dtype, arch: str) -> bool:
+    """Whether ``arch``'s matrix units can take this cache's tiles as fp8 operands: its own format
+    (``is_native_fp8``) on a GPU with fp8 dots (``has_fp8_dots``)."""
+    return is_native_fp8(kv_cache_dtype, arch) and has_fp8_dots(arch)
+
+
 def _names(dtypes) -> str:
     return ", ".join(str(d).replace("torch.", "") for d in dtypes)
 
