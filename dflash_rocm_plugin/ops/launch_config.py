@@ -124,8 +124,9 @@ FP8_QK_MIN_ROWS = 64
 def fp8_dots_allowed(*, native_fp8: bool, dtype, causal: bool | None) -> tuple[str, ...]:
     """The ``fp8_dots`` values a call may run: ("none",) unless the cache is in the GPU's own fp8 format
     (``native_fp8``, on a GPU with fp8 dots) under 16-bit queries; then also "qk_split", and "qk" where
-    ``support.fp8_qk_policy`` names calls of this causality."""
-    if not native_fp8 or dtype not in support.FP8_DOT_QUERY_DTYPES or _runtime.interpreting():
+    ``support.fp8_qk_policy`` names calls of this causality.  A fact about the GPU, not about what runs
+    here: the interpreter takes none of them (``fp8_dots_rule``, ``plan.fp8_dots_choices``)."""
+    if not native_fp8 or dtype not in support.FP8_DOT_QUERY_DTYPES:
         return ("none",)
     if causal is not None and support.fp8_qk_covers(causal):
         return ("none", "qk_split", "qk")
@@ -135,6 +136,8 @@ def fp8_dots_allowed(*, native_fp8: bool, dtype, causal: bool | None) -> tuple[s
 def fp8_dots_rule(*, native_fp8: bool, dtype, causal: bool | None, block_m: int, tuned: str | None = None) -> str:
     """``fp8_dots`` for a call: among ``fp8_dots_allowed``, what a tuned entry chose for its bucket, else in
     tiles of at least FP8_QK_MIN_ROWS rows "qk" where allowed, "qk_split" otherwise; else "none"."""
+    if _runtime.interpreting():
+        return "none"
     allowed = fp8_dots_allowed(native_fp8=native_fp8, dtype=dtype, causal=causal)
     if tuned in allowed:
         return tuned

@@ -42,11 +42,15 @@ def dense_kv_launch(*, causal: bool, window: int, softcap: float, dtype, kv_cach
                                        window=window, num_tokens=num_tokens)
 
 
-def fp8_dots_choices(*, kv_cache_dtype, dtype, causal: bool, device=None) -> tuple[str, ...]:
+def fp8_dots_choices(*, kv_cache_dtype, dtype, causal: bool, device=None, arch: str | None = None) -> tuple[str, ...]:
     """The ``fp8_dots`` values a call of these dtypes may run on the device's GPU
-    (``launch_config.fp8_dots_allowed``).  A tuned entry chooses among them."""
-    index = None if device is None else torch.device(device).index
-    native = support.multiplies_fp8(kv_cache_dtype, _runtime.gpu_arch(index))
+    (``launch_config.fp8_dots_allowed``; only "none" under the interpreter), or, given ``arch``, on a GPU
+    of that architecture (what a tuning plan counts away from it).  A tuned entry chooses among them."""
+    if arch is None:
+        if _runtime.interpreting():
+            return ("none",)
+        arch = _runtime.gpu_arch(None if device is None else torch.device(device).index)
+    native = support.multiplies_fp8(kv_cache_dtype, arch)
     return launch_config.fp8_dots_allowed(native_fp8=native, dtype=dtype, causal=causal)
 
 

@@ -34,11 +34,9 @@ def expected_candidates(shapes, arch: str, dtype, space: space_mod.Space | None 
                                    causal=shape.causal, dtype=dtype, max_query_len=shape.q_len, backend="triton")
         can_split = ops.may_split_keys(shape.batch * shape.q_len, shape.batch, plan.launch.block_q)
         extra = 2 if arch.startswith("gfx") and not shape.causal and shape.kv == "bf16" else 0  # AITER, Triton
-        # An fp8 cache here is in the GPU's own format: none and qk_split where the GPU has fp8 dots, and qk
-        # where the switch names the calls (ops.fp8_dots_choices).
-        fp8_dots = 1
-        if shape.kv == "fp8" and ops.has_fp8_dots(arch):
-            fp8_dots = 3 if ops.fp8_qk_covers(shape.causal) else 2
+        # An fp8 cache here is in the GPU's own format (tune.cli).
+        fp8_dots = 1 if shape.kv != "fp8" else len(ops.fp8_dots_choices(
+            kv_cache_dtype=ops.native_fp8_dtype(arch), dtype=dtype, causal=shape.causal, arch=arch))
         counts.append(space_mod.candidate_count(space, can_split, shape.context, plan.launch.block_n,
                                                 group=hq // hkv, q_len=shape.q_len, fp8_dots=fp8_dots) + extra)
     return counts

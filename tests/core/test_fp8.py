@@ -276,6 +276,25 @@ def test_fp8_qk_policy_chooses_which_calls_dot_q_k_in_fp8(monkeypatch, policy, d
         ops.fp8_qk_policy.cache_clear()
 
 
+def test_the_fp8_dots_an_architecture_takes_are_answered_away_from_it(monkeypatch):
+    """Given ``arch``, ``fp8_dots_choices`` answers for a GPU of that architecture (what ``dflash-rocm tune``'s
+    plan counts on another machine), in its own fp8 format only; without it, for the device, and the
+    interpreter here takes none."""
+    monkeypatch.setenv(ops.FP8_QK_ENV, "draft")
+    ops.fp8_qk_policy.cache_clear()
+    try:
+        def choices(arch, fmt=None, dtype=torch.bfloat16, causal=False):
+            fmt = fmt or ops.native_fp8_dtype(arch)
+            return ops.fp8_dots_choices(kv_cache_dtype=fmt, dtype=dtype, causal=causal, arch=arch)
+        assert choices("sm_90") == choices("gfx942") == choices("gfx950") == ("none", "qk_split", "qk")
+        assert choices("sm_90", causal=True) == ("none", "qk_split")
+        assert choices("gfx942", torch.float8_e4m3fn) == choices("gfx950", torch.float8_e4m3fnuz) == ("none",)
+        assert choices("sm_80") == choices("sm_90", dtype=torch.float32) == ("none",)
+        assert ops.fp8_dots_choices(kv_cache_dtype=torch.float8_e4m3fn, dtype=torch.bfloat16, causal=False) == ("none",)
+    finally:
+        ops.fp8_qk_policy.cache_clear()
+
+
 @pytest.mark.parametrize("policy", ["off", "all"])
 def test_gpus_without_fp8_dots_convert_the_tiles(monkeypatch, policy):
     """A GPU whose matrix units take no fp8 operands (Ampere, sm_80) dots the converted tiles in 16 bits,
