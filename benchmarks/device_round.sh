@@ -49,7 +49,7 @@ fi
 if [[ "${FP8:-0}" == 1 ]]; then
     timeout 120 $B --kv fp8 --targets-only --pages 16 --peers benchmarks/.peers --peer-names vllm_unified \
         --json "$OUT/fp8.json" 2>&1 | tee "$OUT/fp8.txt"
-    for force in pv_transposed=true fp8_dots=qk fp8_dots=pv fp8_dots=qk_pv; do
+    for force in pv_transposed=true fp8_dots=qk fp8_dots=qk_pv_split fp8_dots=pv fp8_dots=qk_pv; do
         timeout 80 $B --kv fp8 --targets-only --pages 16 --force "$force" --tolerance 0.06 \
             --json "$OUT/fp8-${force%%=*}-${force#*=}.json" 2>&1 | tee "$OUT/fp8-${force%%=*}-${force#*=}.txt"
     done

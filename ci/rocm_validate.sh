@@ -208,9 +208,11 @@ step "kernel benchmark, fp8 caches in this GPU's format" "$OUT/bench-fp8.log" \
 # The fp8 launches beside the default (benchmarks/NOTES.md), whose Q K^T takes q as two fp8 parts in tiles of
 # 64 rows and more: fp16 dots for both products (what that default replaced on this GPU's timing alone),
 # the default forced everywhere, Q K^T in fp8 for every call (DFLASH_ROCM_FP8_QK=all; =draft is its draft
-# rows), fp8 MFMA dots for both products, for P V alone, and P V transposed with fp16 dots; their relative
+# rows), both products on fp8 MFMAs with q and P each as two fp8 parts (no tile converted; the default's
+# error), fp8 MFMA dots for both products, for P V alone, and P V transposed with fp16 dots; their relative
 # error is in the table and in tests-fp8-launches.log.
-for force in fp8_dots=none fp8_dots=qk_split fp8_dots=qk fp8_dots=qk_pv fp8_dots=pv pv_transposed=true; do
+for force in fp8_dots=none fp8_dots=qk_split fp8_dots=qk fp8_dots=qk_pv_split fp8_dots=qk_pv fp8_dots=pv \
+        pv_transposed=true; do
     step "kernel benchmark, fp8 caches, --force $force" "$OUT/bench-fp8-${force%%=*}-${force#*=}.log" \
         dflash-rocm bench --kv fp8 --pages 16 --force "$force" --tolerance 0.06 \
         --json "$OUT/bench-fp8-${force%%=*}-${force#*=}.json"

@@ -125,8 +125,8 @@ def _tuned_line(info) -> str:
 
 def fp8_report(arch: str | None) -> dict:
     """Which fp8 cache format this GPU converts in hardware (``ops.native_fp8_dtype``), whether it has fp8
-    dots (``ops.has_fp8_dots``: Q K^T over that format takes q as two fp8 parts), and which calls round q
-    into fp8 instead (``ops.fp8_qk_policy``)."""
+    dots (``ops.has_fp8_dots``: Q K^T over that format takes q as two fp8 parts; ``ops.splits_p_for_fp8_dots``:
+    P V too, P as two fp8 parts), and which calls round q into fp8 instead (``ops.fp8_qk_policy``)."""
     try:
         from dflash_rocm_plugin import ops
         formats = [str(d).replace("torch.", "") for d in ops.FP8_KV_CACHE_DTYPES]
@@ -138,7 +138,7 @@ def fp8_report(arch: str | None) -> dict:
             return {"native": None, "decoded": formats, **qk}
         native = str(ops.native_fp8_dtype(arch)).replace("torch.", "")
         return {"native": native, "decoded": [f for f in formats if f != native], "fp8_dots": ops.has_fp8_dots(arch),
-                **qk}
+                "fp8_pv_split": ops.has_fp8_dots(arch) and ops.splits_p_for_fp8_dots(arch), **qk}
     except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
         return {"native": None, "error": repr(exc)}
 
@@ -162,6 +162,8 @@ def _fp8_qk_line(info: dict) -> str:
     if "fp8_dots" not in info:
         return rounded
     dots = "Q K^T on fp8 dots, q as two fp8 parts" if info["fp8_dots"] else "no fp8 dots here: 16-bit dots"
+    if info.get("fp8_pv_split"):
+        dots = "Q K^T and P V on fp8 dots, q and P each as two fp8 parts (tiles of 16 rows a warp)"
     return f"{dots}; {rounded}"
 
 

@@ -27,8 +27,9 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
     KV head, so both are scalars here).  Tiles are converted to the dot dtype after loading.
   * UPCAST_DOTS: dots in fp32 (the Triton interpreter's bf16 dots are wrong).
   * FP16_DOTS: dots in fp16 for fp8 caches under bf16 queries (see the kernel).
-  * FP8_DOTS (1: e4m3fn, 2: e4m3fnuz; opt-in launch field ``fp8_dots``): P V of an fp8 cache
-    dots in fp8 on the tensor cores, P scaled by P8_SCALE into V's format, V not converted.
+  * FP8_DOTS (opt-in launch field ``fp8_dots``): P V of an fp8 cache dots in fp8 on the tensor
+    cores, P scaled by P8_SCALE into V's format, V not converted; 1: P rounded into it (3 mantissa
+    bits), 2: P as the sum of two fp8 parts and two dots over the same V tile (P_SPLIT_DOTS).
     FP8_QK (the same codes; opt-in, ``ops.fp8_qk_policy``, or the launch field): Q K^T
     in fp8, q joining the cache's format under one scale per program, K not converted; alone or
     with FP8_DOTS.  Costs accuracy (P, and q, keep 3 mantissa
@@ -158,6 +159,8 @@ LOG2E = tl.constexpr(1.4426950408889634)
 # P (at most 1) times this as an fp8 dot operand: e4m3's subnormals then reach p = 2^-16, and both
 # formats (largest 448 and 240) hold it.  Undone once on the finished rows.
 P8_SCALE = tl.constexpr(128.0)
+# FP8_DOTS' code for P as the sum of two fp8 parts (1: P rounded into V's format).
+P_SPLIT_DOTS = tl.constexpr(2)
 
 
 @triton.jit
@@ -233,8 +236,15 @@ def _softmax_pv(acc, l_i, m_i, s, s_scale, pv_like, v_cache_ptr, v_off, key_ok, 
     else:
         v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :] * stride_vd,
                     mask=dim_ok[None, :], other=0.0)
+    p_lo = p  # the low part of P's two fp8 parts with FP8_DOTS == P_SPLIT_DOTS, else unread
     if FP8_DOTS:
-        p_op, v_op = (p * P8_SCALE).to(v.dtype), v
+        p8 = p * P8_SCALE
+        p_op, v_op = p8.to(v.dtype), v
+        if FP8_DOTS == P_SPLIT_DOTS:
+            # As q with QK_SPLIT: P8_SCALE is a power of two, so the remainder of P's nearest e4m3
+            # value (at most half its step) holds P's next 4 significant bits exactly: 8 in all, a
+            # bf16 P's precision, down to e4m3's subnormals (p of 2^-10 and up).
+            p_lo = (p8 - p_op.to(tl.float32)).to(v.dtype)
     else:
         if P_INT_ROUND:
             # (P V dots in bf16 on the GPU; the interpreter's in fp32 take the rounded values too.)
@@ -247,9 +257,13 @@ def _softmax_pv(acc, l_i, m_i, s, s_scale, pv_like, v_cache_ptr, v_off, key_ok, 
         # registers, where an fp8 B operand must lie K-major in shared memory (a transposing
         # copy that also stops V's loads from pipelining).
         acc = acc * alpha[None, :]
+        if FP8_DOTS == P_SPLIT_DOTS:
+            acc = tl.dot(tl.trans(v_op), tl.trans(p_lo), acc, input_precision=DOT_PRECISION)
         acc = tl.dot(tl.trans(v_op), tl.trans(p_op), acc, input_precision=DOT_PRECISION)
     else:
         acc = acc * alpha[:, None]
+        if FP8_DOTS == P_SPLIT_DOTS:
+            acc = tl.dot(p_lo, v_op, acc, input_precision=DOT_PRECISION)
         acc = tl.dot(p_op, v_op, acc, input_precision=DOT_PRECISION)
     return acc, l_i, m_new
 

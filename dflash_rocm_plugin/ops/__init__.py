@@ -9,7 +9,8 @@ Calls (arguments checked before any launch; ``ValueError`` naming the argument):
 What is supported, and why not: ``supports(AttentionSpec(...))`` answers None or the reason;
 ``require`` raises ``Unsupported`` with it; ``platform_problem()`` says why no kernel can run here;
 ``native_fp8_dtype(arch)`` is the fp8 cache format a GPU converts in hardware, ``has_fp8_dots(arch)``
-whether it multiplies fp8 operands (then Q K^T over such a cache takes q as two fp8 parts); ``fp8_qk_policy()``
+whether it multiplies fp8 operands (then Q K^T over such a cache takes q as two fp8 parts), and
+``splits_p_for_fp8_dots(arch)`` whether P V does too, with P as two fp8 parts (gfx94x); ``fp8_qk_policy()``
 which calls round q into fp8 instead (``DFLASH_ROCM_FP8_QK``: off, draft, all).
 What a call would run: ``describe_launch(...)``; which ``fp8_dots`` it may run: ``fp8_dots_choices(...)``
 (``FP8_ROUNDING_DOTS``: those that round q or P into fp8, at ten times the error);
@@ -69,6 +70,7 @@ from dflash_rocm_plugin.ops.support import (
     has_fp8_dots,
     native_fp8_dtype,
     require,
+    splits_p_for_fp8_dots,
     supports,
 )
 
@@ -76,7 +78,7 @@ __all__ = [
     "paged_attention", "write_kv_cache", "greedy_sample",
     "AttentionSpec", "supports", "require", "features_problem", "Unsupported", "HEAD_DIMS", "DTYPES", "KV_CACHE_DTYPES",
     "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES", "native_fp8_dtype", "has_fp8_dots",
-    "fp8_qk_policy", "fp8_qk_covers", "FP8_QK_ENV", "FP8_QK_CHOICES",
+    "splits_p_for_fp8_dots", "fp8_qk_policy", "fp8_qk_covers", "FP8_QK_ENV", "FP8_QK_CHOICES",
     "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",
     "describe_launch", "fp8_dots_choices", "FP8_ROUNDING_DOTS", "may_split_keys", "LaunchDescription", "AttentionLaunch", "forced_launch",
     "ExtendLaunch", "forced_extend", "workspace_floats",

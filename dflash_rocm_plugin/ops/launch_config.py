@@ -68,8 +68,8 @@ class AttentionLaunch:
     # 1 warp makes 8 x 4K 2.47 -> 2.94 TB/s (4 warps: 4 096 near-empty 128-thread programs).
     merge_warps: int = 1
     # fp8 caches: which dots run as fp8 tensor-core dots, "none", "qk_split" (q as two fp8 parts), "qk"
-    # (q joins K's format), "pv" (P joins V's) or "qk_pv" (both) (kernels/paged_attention.py, FP8_QK,
-    # QK_SPLIT, FP8_DOTS).  ``fp8_dots_rule`` chooses "qk_split", or "qk" where ``support.fp8_qk_policy``
+    # (q joins K's format), "pv" (P joins V's), "qk_pv" (both) or "qk_pv_split" (q and P each as two fp8
+    # parts) (kernels/paged_attention.py, FP8_QK, QK_SPLIT, FP8_DOTS).  ``fp8_dots_rule`` chooses "qk_split", or "qk" where ``support.fp8_qk_policy``
     # names the call; the others are forced only: their speed and accuracy cost are in benchmarks/NOTES.md.
     fp8_dots: str = "none"
     # AMD: the MFMA instruction's M/N size (Triton's ``matrix_instr_nonkdim``; 0: Triton's choice,
@@ -87,10 +87,13 @@ class AttentionLaunch:
 
 # The products each ``fp8_dots`` mode runs as fp8 dots: (Q K^T, P V).
 FP8_DOT_PRODUCTS = {"none": (False, False), "qk": (True, False), "pv": (False, True), "qk_pv": (True, True),
-                    "qk_split": (True, False)}
+                    "qk_split": (True, False), "qk_pv_split": (True, True)}
 # Modes whose Q K^T takes q as the sum of two fp8 parts (kernels/paged_attention.py, QK_SPLIT): K's
 # tiles unconverted as with "qk", q kept to a 16-bit operand's precision.
-FP8_QK_SPLIT_MODES = frozenset({"qk_split"})
+FP8_QK_SPLIT_MODES = frozenset({"qk_split", "qk_pv_split"})
+# Modes whose P V takes P as the sum of two fp8 parts (the kernel's FP8_DOTS = P_SPLIT_DOTS): V's tiles
+# unconverted as with "pv", P kept to a bf16 operand's precision.
+FP8_PV_SPLIT_MODES = frozenset({"qk_pv_split"})
 # Modes that round a 16-bit operand (q, or P) to e4m3's 3 mantissa bits: their answers are further from
 # the reference (benchmarks/NOTES.md, "v12 -> v13").
 FP8_ROUNDING_MODES = frozenset({"qk", "pv", "qk_pv"})
@@ -121,29 +124,35 @@ FP8_DOTS_MODES = tuple(FP8_DOT_PRODUCTS)
 FP8_QK_MIN_ROWS = 64
 
 
-def fp8_dots_allowed(*, native_fp8: bool, dtype, causal: bool | None) -> tuple[str, ...]:
+def fp8_dots_allowed(*, native_fp8: bool, dtype, causal: bool | None, pv_split: bool = False) -> tuple[str, ...]:
     """The ``fp8_dots`` values a call may run: ("none",) unless the cache is in the GPU's own fp8 format
-    (``native_fp8``, on a GPU with fp8 dots) under 16-bit queries; then also "qk_split", and "qk" where
+    (``native_fp8``, on a GPU with fp8 dots) under 16-bit queries; then also "qk_split", "qk_pv_split" where
+    the GPU splits P too (``pv_split``: ``support.splits_p_for_fp8_dots``), and "qk" where
     ``support.fp8_qk_policy`` names calls of this causality.  A fact about the GPU, not about what runs
     here: the interpreter takes none of them (``fp8_dots_rule``, ``plan.fp8_dots_choices``)."""
     if not native_fp8 or dtype not in support.FP8_DOT_QUERY_DTYPES:
         return ("none",)
+    allowed = ("none", "qk_split") + (("qk_pv_split",) if pv_split else ())
     if causal is not None and support.fp8_qk_covers(causal):
-        return ("none", "qk_split", "qk")
-    return ("none", "qk_split")
+        allowed += ("qk",)
+    return allowed
 
 
-def fp8_dots_rule(*, native_fp8: bool, dtype, causal: bool | None, block_m: int, tuned: str | None = None) -> str:
+def fp8_dots_rule(*, native_fp8: bool, dtype, causal: bool | None, block_m: int, num_warps: int = 4,
+                  pv_split: bool = False, tuned: str | None = None) -> str:
     """``fp8_dots`` for a call: among ``fp8_dots_allowed``, what a tuned entry chose for its bucket, else in
-    tiles of at least FP8_QK_MIN_ROWS rows "qk" where allowed, "qk_split" otherwise; else "none"."""
+    tiles of at least FP8_QK_MIN_ROWS rows "qk" where allowed, "qk_pv_split" where allowed and each warp
+    holds under 32 of the rows (16x16 MFMAs, ``_mfma_nonkdim``), "qk_split" otherwise; else "none"."""
     if _runtime.interpreting():
         return "none"
-    allowed = fp8_dots_allowed(native_fp8=native_fp8, dtype=dtype, causal=causal)
+    allowed = fp8_dots_allowed(native_fp8=native_fp8, dtype=dtype, causal=causal, pv_split=pv_split)
     if tuned in allowed:
         return tuned
     if len(allowed) == 1 or block_m < FP8_QK_MIN_ROWS:
         return "none"
-    return "qk" if "qk" in allowed else "qk_split"
+    if "qk" in allowed:
+        return "qk"
+    return "qk_pv_split" if "qk_pv_split" in allowed and block_m // num_warps < 32 else "qk_split"
 
 
 def window_edge_keys(block_q: int, block_n: int, fp8_dots: bool) -> int:
@@ -352,7 +361,8 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     native_fp8 = support.is_native_fp8(kv_cache_dtype, arch)
     if "fp8_dots" not in _forced:
         rule = fp8_dots_rule(native_fp8=support.multiplies_fp8(kv_cache_dtype, arch), dtype=dtype, causal=causal,
-                             block_m=launch.block_m, tuned=tuned_fp8_dots)
+                             block_m=launch.block_m, num_warps=launch.num_warps,
+                             pv_split=support.splits_p_for_fp8_dots(arch), tuned=tuned_fp8_dots)
         launch = dataclasses.replace(launch, fp8_dots=rule)
     if (launch.fp8_dots == "qk_split" and launch.num_stages == 5 and not launch.page_ids_asm and launch.block_m < 128
             and not tuned_entry and "page_ids_asm" not in _forced):
@@ -364,8 +374,10 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     if "merge_warps" not in _forced:
         launch = dataclasses.replace(launch, merge_warps=_merge_warps(head_dim_pad, launch.num_splits))
     if "mfma_nonkdim" not in _forced:
+        # Only tiles converted from fp8 hold registers the 16x16 layout cannot spare.
+        converted = native_fp8 and launch.fp8_dots not in FP8_PV_SPLIT_MODES
         launch = dataclasses.replace(launch, mfma_nonkdim=_mfma_nonkdim(arch, launch.block_m, launch.num_warps,
-                                                                        native_fp8))
+                                                                        converted))
     return launch
 
 
@@ -444,7 +456,7 @@ def query_tiles(num_tokens: int, num_seqs: int, block_q: int) -> int:
     return max(1, -(-rows // block_q))
 
 
-def _mfma_nonkdim(arch: str, block_m: int, num_warps: int, native_fp8: bool = False) -> int:
+def _mfma_nonkdim(arch: str, block_m: int, num_warps: int, converted_fp8: bool = False) -> int:
     """AMD: 16x16 MFMAs where a warp's share of the tile's rows is under 32, else Triton's choice.
 
     With 32x32 MFMAs such a tile makes Triton give Q K^T and P V different warp layouts: the
@@ -454,10 +466,12 @@ def _mfma_nonkdim(arch: str, block_m: int, num_warps: int, native_fp8: bool = Fa
     registers; gfx950 757 -> 531, 82 -> 56, 225 -> 156.  128-row tiles over 4 warps keep 32x32
     (1043 vs 1070).  gfx94x over its own fp8 format keeps 32x32: there 16x16 can hold the converted
     tiles in more registers (page 1, split-KV: 235 -> 282 per lane, one wave per SIMD instead of two,
-    with no software pipelining at 1 stage; page 16: 244 -> 245) for a loop 14 % shorter.
+    with no software pipelining at 1 stage; page 16: 244 -> 245) for a loop 14 % shorter
+    (``converted_fp8``: tiles of its own format converted for a dot; with q and P in two fp8 parts none
+    is, and 16x16 takes 166-184 registers).
     Unmeasured on the GPUs (benchmarks/NOTES.md, "AMD, compiled offline").
     """
-    if not arch.startswith("gfx") or block_m // num_warps >= 32 or (native_fp8 and arch.startswith("gfx94")):
+    if not arch.startswith("gfx") or block_m // num_warps >= 32 or (converted_fp8 and arch.startswith("gfx94")):
         return 0
     return 16
 

@@ -51,7 +51,8 @@ def fp8_dots_choices(*, kv_cache_dtype, dtype, causal: bool, device=None, arch: 
             return ("none",)
         arch = _runtime.gpu_arch(None if device is None else torch.device(device).index)
     native = support.multiplies_fp8(kv_cache_dtype, arch)
-    return launch_config.fp8_dots_allowed(native_fp8=native, dtype=dtype, causal=causal)
+    return launch_config.fp8_dots_allowed(native_fp8=native, dtype=dtype, causal=causal,
+                                          pv_split=support.splits_p_for_fp8_dots(arch))
 
 
 def describe_launch(*, num_tokens: int, num_seqs: int, num_q_heads: int, num_kv_heads: int, head_dim: int,

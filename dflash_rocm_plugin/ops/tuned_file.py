@@ -31,9 +31,10 @@ FORMAT = 1
 # too, and applies only where no call of the bucket may split its keys (``launch_config.may_split``).
 LAUNCH_FIELDS = ("block_n", "num_warps", "num_stages", "num_splits", "page_ids_asm", "overlap_qk")
 OPTIONAL_LAUNCH_FIELDS = ("block_q", "fp8_dots")
-# fp8_dots values a tuned entry may choose: how Q K^T dots over an fp8 cache, applied only to calls
-# that may run it (ops/launch_config.fp8_dots_allowed: "qk" where DFLASH_ROCM_FP8_QK names them).
-TUNED_FP8_DOTS = ("none", "qk_split", "qk")
+# fp8_dots values a tuned entry may choose: which dots over an fp8 cache take fp8 operands, applied only to
+# calls that may run it (ops/launch_config.fp8_dots_allowed: "qk_pv_split" on gfx94x, "qk" where
+# DFLASH_ROCM_FP8_QK names them).
+TUNED_FP8_DOTS = ("none", "qk_split", "qk_pv_split", "qk")
 BACKENDS = ("triton", "aiter")
 DTYPES = ("float16", "bfloat16", "float32")
 KV_CACHE_DTYPES = DTYPES + ("float8_e4m3fn", "float8_e4m3fnuz")

@@ -41,7 +41,8 @@ def text(record: dict, budget_min: float) -> str:
              f"{len(sp['tiles'])} tiles of BLOCK_N {_values(sp['tiles'], 0)} x warps {_values(sp['tiles'], 1)} x "
              f"stages {_values(sp['tiles'], 2)}; page_ids_asm {'/'.join(map(str, sp['page_ids_asm']))}; overlap_qk "
              f"{'/'.join(map(str, sp['overlap_qk']))}"
-             + ("; each with fp8_dots none/qk_split (GPUs with fp8 dots), and qk where DFLASH_ROCM_FP8_QK names the calls"
+             + ("; each with fp8_dots none/qk_split (GPUs with fp8 dots), qk_pv_split (gfx94x), and qk where"
+                " DFLASH_ROCM_FP8_QK names the calls"
                 if record["kv"] == "fp8" else "")
              + ("; backend triton vs aiter where AITER serves the bucket" if sp["backend"] else ""),
              f"{'bucket':<28} {'candidates':>10}"]

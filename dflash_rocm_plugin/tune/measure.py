@@ -69,11 +69,12 @@ def fields_of(launch, rows: bool = False, fp8_dots: bool = False) -> tuple:
 
 def launch_text(fields: dict) -> str:
     """``Q32 BN64 W4 S3 x2 asm ovl fp8qk``: queries per tile (where tuned), tile keys, warps, stages, KV
-    splits, and the flags that are on (Q K^T over an fp8 cache: ``fp8qk`` q in fp8, ``fp8qk2`` q as two fp8 parts)."""
+    splits, and the flags that are on (dots over an fp8 cache: ``fp8qk`` q in fp8, ``fp8qk2`` q as two fp8 parts,
+    ``fp8qkpv2`` q and P each as two fp8 parts)."""
     text = f"Q{fields['block_q']} " if "block_q" in fields else ""
     text += f"BN{fields['block_n']} W{fields['num_warps']} S{fields['num_stages']} x{fields['num_splits']}"
     return (text + (" asm" if fields["page_ids_asm"] else "") + (" ovl" if fields["overlap_qk"] else "")
-            + {"qk": " fp8qk", "qk_split": " fp8qk2"}.get(fields.get("fp8_dots"), ""))
+            + {"qk": " fp8qk", "qk_split": " fp8qk2", "qk_pv_split": " fp8qkpv2"}.get(fields.get("fp8_dots"), ""))
 
 
 class BucketBench:
@@ -90,7 +91,8 @@ class BucketBench:
         self.ref = inputs.reference(self.case)
         self.outs = [torch.empty_like(self.case.q) for _ in self.case.block_tables]
         self.default = self.describe(backend="triton").launch
-        # ("none", "qk_split"[, "qk"]) where the cache is in the GPU's own fp8 format (ops.fp8_dots_choices).
+        # ("none", "qk_split"[, "qk_pv_split"][, "qk"]) where the cache is in the GPU's own fp8 format
+        # (ops.fp8_dots_choices).
         self.fp8_dots = ops.fp8_dots_choices(kv_cache_dtype=self.case.k_cache.dtype, dtype=self.case.q.dtype,
                                              causal=shape.causal, device=self.device)
         # Caller-owned, as a host's: graph capture never allocates, whatever split count is tried.

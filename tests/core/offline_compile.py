@@ -110,7 +110,8 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
 
     from dflash_rocm_plugin.kernels import paged_attention as native
     from dflash_rocm_plugin.ops.backends.triton import _lacks_bf16_conversion
-    from dflash_rocm_plugin.ops.launch_config import FP8_DOT_PRODUCTS, FP8_QK_SPLIT_MODES, window_edge_keys
+    from dflash_rocm_plugin.ops.launch_config import (FP8_DOT_PRODUCTS, FP8_PV_SPLIT_MODES, FP8_QK_SPLIT_MODES,
+                                                      window_edge_keys)
     d, hq, hkv = head_dim, num_q_heads, num_kv_heads
     splits = cfg.num_splits
     cache_type, soft = _CACHE_TYPES[cache] if cache else (dtype, 0)
@@ -141,7 +142,8 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
         USE_SINKS=sinks, USE_K_SCALE=cache is not None, USE_V_SCALE=cache is not None, SOFT_FP8=soft,
         UPCAST_DOTS=False,
         FP16_DOTS=cache is not None and dtype == "bf16" and not (qk_in_fp8 and pv_in_fp8),
-        FP8_DOTS=fp8_code if pv_in_fp8 else 0, FP8_QK=fp8_code if qk_in_fp8 else 0,
+        FP8_DOTS=(2 if cfg.fp8_dots in FP8_PV_SPLIT_MODES else 1) if pv_in_fp8 else 0,
+        FP8_QK=fp8_code if qk_in_fp8 else 0,
         QK_SPLIT=bool(qk_in_fp8) and cfg.fp8_dots in FP8_QK_SPLIT_MODES,
         PV_T=cfg.pv_transposed,
         P_INT_ROUND=dtype == "bf16" and cache is None and _lacks_bf16_conversion(arch),

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -201,24 +203,29 @@ def test_fp8_dots_are_never_used_where_the_cache_is_decoded_from_bytes(fmt):
 
 @pytest.mark.parametrize("mode,qk,split,pv,fp16", [("none", 0, False, 0, True), ("qk", 1, False, 0, True),
                                                    ("qk_split", 1, True, 0, True), ("pv", 0, False, 1, True),
-                                                   ("qk_pv", 1, False, 1, False)])
-def test_each_fp8_dots_mode_switches_its_own_dots(monkeypatch, mode, qk, split, pv, fp16):
+                                                   ("qk_pv", 1, False, 1, False),
+                                                   ("qk_pv_split", 1, True, 2, False)])
+@pytest.mark.parametrize("arch,fmt,smem,units", [("sm_90", torch.float8_e4m3fn, 227 * 1024, 132),
+                                                 ("gfx942", torch.float8_e4m3fnuz, 64 * 1024, 304)])
+def test_each_fp8_dots_mode_switches_its_own_dots(monkeypatch, mode, qk, split, pv, fp16, arch, fmt, smem, units):
     """On a GPU that converts the cache's format itself, ``fp8_dots`` names the dots that take fp8
     operands: "qk" quantizes q (FP8_QK) and keeps P V in fp16, "qk_split" splits q into two fp8 parts
-    (FP8_QK and QK_SPLIT), "pv" scales P into V's format (FP8_DOTS), "qk_pv" both; with bf16 queries
+    (FP8_QK and QK_SPLIT), "pv" scales P into V's format (FP8_DOTS 1), "qk_pv" both, "qk_pv_split" q and P
+    each as two parts (FP8_DOTS 2, whatever the format: e4m3fnuz's own code is 2 too); with bf16 queries
     whatever stays unquantized dots in fp16."""
     from dflash_rocm_plugin.ops import launch_config
     from dflash_rocm_plugin.ops.backends import triton as triton_backend
     from dflash_rocm_plugin.ops.call import AttentionCall
     from tests.core.cases import pin_gpu
-    pin_gpu(monkeypatch, "sm_90", 227 * 1024, 132)
-    case = build([40, 9], [16, 3], dtype=torch.bfloat16, cache_dtype=torch.float8_e4m3fn)
+    pin_gpu(monkeypatch, arch, smem, units)
+    case = build([40, 9], [16, 3], dtype=torch.bfloat16, cache_dtype=fmt)
     q, k, v, table, sl, qsl = case.args()
     call = AttentionCall(q, k, v, table, sl, qsl, torch.empty_like(q), causal=True, scale=0.1, window=0,
                          softcap=0.0, max_query_len=None, num_kv_splits=None, workspace=None)
     with launch_config.forced(fp8_dots=mode):
         c = triton_backend.Launch(call).constexprs
-    assert (c["FP8_QK"], c["QK_SPLIT"], c["FP8_DOTS"], c["FP16_DOTS"], c["SOFT_FP8"]) == (qk, split, pv, fp16, 0)
+    code = qk * triton_backend.FP8_CODES[fmt]  # Q K^T's operands take the cache's format by its code
+    assert (c["FP8_QK"], c["QK_SPLIT"], c["FP8_DOTS"], c["FP16_DOTS"], c["SOFT_FP8"]) == (code, split, pv, fp16, 0)
     if mode != "none":
         assert c["EDGE_N"] >= 32  # a window's edge tiles are fp8 dot operands too
 
@@ -230,10 +237,10 @@ def test_each_fp8_dots_mode_switches_its_own_dots(monkeypatch, mode, qk, split, 
                                       ("gfx950", torch.float8_e4m3fn)])
 def test_fp8_qk_policy_chooses_which_calls_dot_q_k_in_fp8(monkeypatch, policy, draft, verify, arch, fmt):
     """Over a cache in the GPU's own fp8 format Q K^T dots in fp8: by default with q as two fp8 parts
-    ("qk_split"), and with q rounded into fp8 ("qk") for the calls ``DFLASH_ROCM_FP8_QK`` names: unset ("off")
-    none; "draft", the non-causal calls (a DFlash draft's block), not the causal (target) calls; "all", both.
-    The chosen mode reaches the kernel (FP8_QK, QK_SPLIT) and the launch description; tiles under 64 rows
-    keep 16-bit dots."""
+    ("qk_split"; on gfx94x P V too, P as two parts, "qk_pv_split"), and with q rounded into fp8 ("qk") for
+    the calls ``DFLASH_ROCM_FP8_QK`` names: unset ("off") none; "draft", the non-causal calls (a DFlash
+    draft's block), not the causal (target) calls; "all", both.  The chosen mode reaches the kernel (FP8_QK,
+    QK_SPLIT, FP8_DOTS) and the launch description; tiles under 64 rows keep 16-bit dots."""
     from dflash_rocm_plugin.ops import kv_cache, launch_config
     from dflash_rocm_plugin.ops.backends import triton as triton_backend
     from dflash_rocm_plugin.ops.call import AttentionCall
@@ -248,13 +255,18 @@ def test_fp8_qk_policy_chooses_which_calls_dot_q_k_in_fp8(monkeypatch, policy, d
         case = build([40, 9], [16, 3], num_q_heads=8, num_kv_heads=2, dtype=torch.bfloat16, cache_dtype=fmt)
         q, k, v, table, sl, qsl = case.args()
         for causal, expected in ((False, draft), (True, verify)):
+            if arch.startswith("gfx94") and expected == "qk_split":
+                expected = "qk_pv_split"  # 64-row tiles over 4 warps: 16 rows a warp
             call = AttentionCall(q, k, v, table, sl, qsl, torch.empty_like(q), causal=causal, scale=0.1, window=0,
                                  softcap=0.0, max_query_len=16, num_kv_splits=None, workspace=None)
             prepared = triton_backend.Launch(call)
             assert prepared.cfg.fp8_dots == expected
             assert prepared.constexprs["FP8_QK"] == kv_cache.FP8_CODES[fmt]
-            assert prepared.constexprs["QK_SPLIT"] == (expected == "qk_split")
-            assert not prepared.constexprs["FP8_DOTS"]  # P V keeps its fp16 dot
+            assert prepared.constexprs["QK_SPLIT"] == (expected != "qk")
+            # P V keeps its fp16 dot, or takes P as two fp8 parts
+            assert prepared.constexprs["FP8_DOTS"] == (2 if expected == "qk_pv_split" else 0)
+            if arch.startswith("gfx94"):  # 16x16 MFMAs unless a converted tile needs 32x32's registers
+                assert prepared.cfg.mfma_nonkdim == (16 if expected == "qk_pv_split" else 0)
             described = ops.describe_launch(num_tokens=19, num_seqs=2, num_q_heads=8, num_kv_heads=2, head_dim=32,
                                             page_size=16, kv_capacity=64, causal=causal, dtype=torch.bfloat16,
                                             kv_cache_dtype=fmt, max_query_len=16)
@@ -286,7 +298,8 @@ def test_the_fp8_dots_an_architecture_takes_are_answered_away_from_it(monkeypatc
         def choices(arch, fmt=None, dtype=torch.bfloat16, causal=False):
             fmt = fmt or ops.native_fp8_dtype(arch)
             return ops.fp8_dots_choices(kv_cache_dtype=fmt, dtype=dtype, causal=causal, arch=arch)
-        assert choices("sm_90") == choices("gfx942") == choices("gfx950") == ("none", "qk_split", "qk")
+        assert choices("sm_90") == choices("gfx950") == ("none", "qk_split", "qk")
+        assert choices("gfx942") == ("none", "qk_split", "qk_pv_split", "qk")
         assert choices("sm_90", causal=True) == ("none", "qk_split")
         assert choices("gfx942", torch.float8_e4m3fn) == choices("gfx950", torch.float8_e4m3fnuz) == ("none",)
         assert choices("sm_80") == choices("sm_90", dtype=torch.float32) == ("none",)
@@ -376,6 +389,29 @@ def test_a_bf16_query_is_two_fp8_parts_exactly(fmt):
     subnormal = 2.0 ** (-9 if fmt == torch.float8_e4m3fn else -10)
     assert err.max() <= subnormal / 2
     assert subnormal / 2 / (largest / 2) < 2.0 ** -17
+
+
+@pytest.mark.parametrize("fmt", [torch.float8_e4m3fn, torch.float8_e4m3fnuz])
+def test_p_as_two_fp8_parts_keeps_a_bf16_p(fmt):
+    """Why ``fp8_dots="qk_pv_split"`` does not round P to e4m3's 3 mantissa bits as "pv" does: P (at most 1)
+    times the kernel's P8_SCALE is the sum of two e4m3 values within 2^-9 relative (half a bf16 P's
+    rounding) wherever p is at least 2^-8, and within 2^-17 absolute below, in both formats.  (fp16 P,
+    the default's, rounds within 2^-12.)"""
+    from dflash_rocm_plugin.kernels import paged_attention
+    from dflash_rocm_plugin.ops import support
+    scale = float(paged_attention.P8_SCALE.value)
+    assert math.frexp(scale)[0] == 0.5 and scale <= support.FP8_MAX[fmt]  # a power of two the format holds
+    p = torch.exp2(-torch.linspace(0, 30, 200_001, dtype=torch.float64)).float()  # exponents a softmax makes
+    p8 = p * scale
+    hi = p8.to(fmt).float()
+    lo = (p8 - hi).to(fmt).float()
+    err = ((hi + lo) / scale - p).double().abs()
+    bf16_err = (p.to(torch.bfloat16).float() - p).double().abs()
+    big = p >= 2.0 ** -8
+    assert (err[big] <= p[big].double() * 2.0 ** -9).all() and err[big].max() <= bf16_err[big].max()
+    assert err[~big].max() <= 2.0 ** -17
+    rounded = (p8.to(fmt).float() / scale - p).double().abs()
+    assert rounded[big].max() > 16 * err[big].max()  # what "pv"'s one rounded part costs
 
 
 @pytest.mark.parametrize("policy", ["off", "all"])

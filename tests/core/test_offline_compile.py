@@ -148,12 +148,13 @@ def test_chosen_launch_compiles_for_the_gpu(compiled, arch, name):
 def test_the_chosen_fp8_launches_dot_q_k_in_fp8(compiled, arch):
     """Over a cache in the GPU's own fp8 format Q K^T dots in fp8 (``launch_config.fp8_dots_rule``): under
     ``DFLASH_ROCM_FP8_QK=draft`` the draft's block with q rounded into fp8, the verify blocks with q as two
-    fp8 parts; the other format (decoded from its bytes) and 16-bit caches keep 16-bit dots.  Each compiled
-    above."""
+    fp8 parts (on gfx94x in tiles of 16 rows a warp with P V on fp8 dots too, P as two parts); the other
+    format (decoded from its bytes) and 16-bit caches keep 16-bit dots.  Each compiled above."""
     chosen = {name: compiled[(arch, name)][0]["fp8_dots"] for name, *_ in CASES}
     assert chosen.pop("qwen3-8b draft 32x16K p16 fp8") == "qk"
-    assert chosen.pop("qwen3-8b verify 8x4K p1 fp8 split") == "qk_split"
-    assert chosen.pop("qwen3-next d256 verify 32x16K p16 fp8") == "qk_split"
+    split = "qk_pv_split" if arch == "gfx942" else "qk_split"
+    assert chosen.pop("qwen3-8b verify 8x4K p1 fp8 split") == split
+    assert chosen.pop("qwen3-next d256 verify 32x16K p16 fp8") == split
     assert set(chosen.values()) == {"none"}
 
 
@@ -202,6 +203,7 @@ def test_fp8_dot_launches_compile_for_every_gpu(monkeypatch):
     fit its shared memory."""
     jobs = []
     variants = (dict(fp8_dots="qk"), dict(fp8_dots="qk_split"), dict(fp8_dots="pv"), dict(fp8_dots="qk_pv"),
+                dict(fp8_dots="qk_pv_split"),
                 dict(pv_transposed=True))
     for arch, variant in itertools.product(sorted(DEVICES), variants):
         for hq, batch, context, page, causal in ((32, 32, 16384, 16, False), (32, 8, 4096, 1, True), (64, 8, 4096, 16, True)):
@@ -340,6 +342,43 @@ def test_gfx942_key_loops_round_p_without_the_software_conversion(monkeypatch, c
     multiplies = unmasked.count("v_pk_mul_f32") + unmasked.count("v_mul_f32_e32") + unmasked.count("v_mul_f32_e64")
     assert multiplies <= 64 * 128 // 256 // 2 + 2, multiplies
     assert unmasked.count("v_and_b32_e32") < 64 * 64 // 256, unmasked.count("v_and_b32_e32")
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
+def test_gfx942_with_q_and_p_in_two_fp8_parts_converts_no_tile(monkeypatch, causal):
+    """What the gfx94x rule (``fp8_dots="qk_pv_split"`` in 16x16 MFMAs) is for on MI300X, whose key loop over
+    an fp8 cache is bound by its VALU: both products on fp8 MFMAs (P, like q, as the sum of two e4m3fnuz
+    parts), so the unmasked loop converts neither K nor V (its conversions are P's parts) and, against the
+    launch it replaced (q in two parts, V converted to fp16, 32x32 MFMAs for the converted tiles' registers),
+    runs a quarter fewer VALU instructions, half the LDS operations, in fewer registers."""
+    cfg = _launch(monkeypatch, "gfx942", 32, 8, 128, 32, 16384, 16, kv_cache_dtype=torch.float8_e4m3fnuz,
+                  dtype=torch.bfloat16, causal=causal)
+    assert (cfg.fp8_dots, cfg.mfma_nonkdim) == ("qk_pv_split", 16)
+    before = dataclasses.replace(cfg, fp8_dots="qk_split", mfma_nonkdim=0)
+    shape = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, causal=causal, num_tokens=512,
+                 num_seqs=32, table_width=1024, cache="fp8-fnuz")
+    jobs = []
+    for launch in (cfg, before):
+        jobs += [dict(kernel="attention_asm", arch="gfx942", launch=dataclasses.asdict(launch), shape=shape),
+                 dict(arch="gfx942", launch=dataclasses.asdict(launch), shape=shape)]
+    results = offline_compile.run(jobs)
+    loops, registers = {}, {}
+    for name, asm, plain in (("split", results[0], results[1]), ("before", results[2], results[3])):
+        assert "asm" in asm, asm.get("error")
+        loops[name] = min((b for b in _loop_bodies(asm["asm"]) if any(op.startswith("v_mfma") for op in b)), key=len)
+        registers[name] = plain[0]["registers"]
+
+    def count(body, *prefixes):
+        return sum(op.startswith(prefixes) for op in body)
+    split, before_loop = loops["split"], loops["before"]
+    assert all(op.endswith("_fp8_fp8") for op in split if op.startswith("v_mfma")), split
+    # Two conversions per P value (16 a lane: its two parts, packed) and the first one widened back, against
+    # the replaced launch's V tile (32 values a lane) and P.
+    assert count(split, "v_cvt") <= 64 * 64 // 256 * 3 // 2 < count(before_loop, "v_cvt")
+    valu = {m: count(b, "v_") - count(b, "v_mfma") for m, b in loops.items()}
+    assert valu["split"] < 0.8 * valu["before"], valu
+    assert count(split, "ds_") < 0.6 * count(before_loop, "ds_")
+    assert registers["split"] < registers["before"] and registers["split"] <= 200, registers  # two waves a SIMD
 
 
 def test_the_tuner_s_prefill_row_candidates_compile_for_every_gpu(monkeypatch):

@@ -50,7 +50,8 @@ class Launch:
         fp8_dots = (cfg.fp8_dots if call.fp8 and not soft and q.dtype in FP8_DOT_QUERY_DTYPES
                     and not _runtime.interpreting() else "none")
         qk_in_fp8, pv_in_fp8 = launch_config.FP8_DOT_PRODUCTS[fp8_dots]
-        fp8_code = FP8_CODES[k_cache.dtype] if pv_in_fp8 else 0
+        # The kernel's FP8_DOTS: how P joins V's format (1 rounded, 2 as two parts); 0: V converted.
+        fp8_code = (2 if fp8_dots in launch_config.FP8_PV_SPLIT_MODES else 1) if pv_in_fp8 else 0
         fp8_qk = FP8_CODES[k_cache.dtype] if qk_in_fp8 else 0
         fp16_dots = call.fp8 and q.dtype == torch.bfloat16 and not (qk_in_fp8 and pv_in_fp8)
         upcast = q.dtype == torch.bfloat16 and not fp16_dots and not fp8_qk and _runtime.interpreting()
