@@ -332,17 +332,20 @@ def test_over_an_fp8_cache_the_flags_are_tried_with_each_q_k_dot(tmp_path, monke
 
 
 @pytest.mark.parametrize("policy", ["draft", "off"])
-def test_the_dry_run_counts_the_fp8_q_k_candidates(monkeypatch, policy):
+@pytest.mark.parametrize("arch", ["sm_90", "gfx942"])
+def test_the_dry_run_counts_the_fp8_q_k_candidates(monkeypatch, policy, arch):
     """With ``--kv fp8`` on a GPU with fp8 dots each pair of loop flags is counted three times for the calls
-    the switch names (under "draft" the draft's: 16-bit, two fp8 parts, q in fp8) and twice for the others."""
+    the switch names (under "draft" the draft's: 16-bit, two fp8 parts, q in fp8) and twice for the others;
+    on gfx94x once more each (q and P in two fp8 parts), and without the bf16 draft's two AITER candidates."""
     monkeypatch.setenv(ops.FP8_QK_ENV, policy)
     ops.fp8_qk_policy.cache_clear()
     shapes = space_mod.buckets(["draft-q16", "verify-q16"], (32, 8, 128), [16], [(32, 16384)], kv="fp8")
     bf16 = space_mod.buckets(["draft-q16", "verify-q16"], (32, 8, 128), [16], [(32, 16384)])
-    space = space_mod.space_for("sm_90")
+    space = space_mod.space_for(arch)
     flags = len(space.page_ids_asm) * len(space.overlap_qk)
-    fp8, plain = (driver.expected_candidates(s, "sm_90", torch.bfloat16, space) for s in (shapes, bf16))
-    assert fp8 == [plain[0] + flags * (2 if policy == "draft" else 1), plain[1] + flags]
+    fp8, plain = (driver.expected_candidates(s, arch, torch.bfloat16, space) for s in (shapes, bf16))
+    more, aiter = (1, 2) if arch == "gfx942" else (0, 0)
+    assert fp8 == [plain[0] - aiter + flags * ((2 if policy == "draft" else 1) + more), plain[1] + flags * (1 + more)]
     ops.fp8_qk_policy.cache_clear()
 
 
