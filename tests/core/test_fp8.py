@@ -414,6 +414,43 @@ def test_p_as_two_fp8_parts_keeps_a_bf16_p(fmt):
     assert rounded[big].max() > 16 * err[big].max()  # what "pv"'s one rounded part costs
 
 
+@pytest.mark.parametrize("fmt", [torch.float8_e4m3fn, torch.float8_e4m3fnuz])
+def test_fp8_dot_modes_run_the_kernel_close_to_the_reference(monkeypatch, fmt):
+    """The kernel's fp8 dot paths themselves (the interpreter multiplies fp8 operands too; the launch is
+    prepared as on a GPU converting ``fmt``, whose tiles then stay fp8): bf16 queries, causal and not,
+    against the float64 reference of the dequantized cache.  q in two parts is the 16-bit dots' error; q and P
+    in two parts within 1.6x of it (P keeps 8 significant bits instead of fp16's 11, which shows over few
+    keys); q or P rounded into fp8 (3 mantissa bits) four times and more."""
+    from dflash_rocm_plugin.ops import _runtime, launch_config
+    from dflash_rocm_plugin.ops.backends import triton as triton_backend
+    from dflash_rocm_plugin.ops.call import AttentionCall
+    case = build([200, 90], [16, 5], num_q_heads=8, num_kv_heads=2, head_dim=32, dtype=torch.bfloat16,
+                 cache_dtype=fmt, seed=3)
+    q, k, v, table, sl, qsl = case.args()
+    k_scale, v_scale = torch.tensor([0.5]), torch.tensor([2.0])
+    for causal in (False, True):
+        ref = reference.paged_attention(q, k, v, table, sl, qsl, causal=causal, scale=0.1, k_scale=k_scale,
+                                        v_scale=v_scale).double()
+        err = {}
+        for mode in ("none", "qk_split", "qk_pv_split", "qk", "pv"):
+            out = torch.full_like(q, float("nan"))
+            call = AttentionCall(q, k, v, table, sl, qsl, out, causal=causal, scale=0.1, window=0, softcap=0.0,
+                                 max_query_len=16, num_kv_splits=None, workspace=None, k_scale=k_scale,
+                                 v_scale=v_scale)
+            with monkeypatch.context() as m, launch_config.forced(fp8_dots=mode, page_ids_asm=False, num_stages=1):
+                m.setattr(triton_backend, "soft_fp8", lambda dtype, index: 0)
+                m.setattr(_runtime, "interpreting", lambda: False)
+                prepared = triton_backend.Launch(call)
+            assert prepared.constexprs["FP8_DOTS"] == {"qk_pv_split": 2, "pv": 1}.get(mode, 0)
+            triton_backend.launch(prepared, q, k, v, out, table, sl, qsl, None, k_scale, v_scale, None)
+            rows = int(qsl[-1])
+            assert torch.isnan(out[rows:]).all()  # padding rows untouched
+            err[mode] = ((out[:rows].double() - ref[:rows]).norm() / ref[:rows].norm()).item()
+        assert err["none"] < 5e-3 and err["qk_split"] < 1.1 * err["none"], err
+        assert err["qk_pv_split"] < 1.6 * err["none"], err
+        assert min(err["qk"], err["pv"]) > 4 * err["qk_split"] and max(err["qk"], err["pv"]) < 0.15, err
+
+
 @pytest.mark.parametrize("policy", ["off", "all"])
 def test_deep_fp8_loops_with_q_in_two_parts_read_page_ids_inline(monkeypatch, policy):
     """On NVIDIA an unsplit page-16 loop over an fp8 cache whose Q K^T takes q in two parts reads its page
