@@ -163,7 +163,7 @@ def _fp8_qk_line(info: dict) -> str:
         return rounded
     dots = "Q K^T on fp8 dots, q as two fp8 parts" if info["fp8_dots"] else "no fp8 dots here: 16-bit dots"
     if info.get("fp8_pv_split"):
-        dots = "Q K^T and P V on fp8 dots, q and P each as two fp8 parts (tiles of 16 rows a warp)"
+        dots += " (P V too, P as two fp8 parts, where a tuned entry chose it)"
     return f"{dots}; {rounded}"
 
 

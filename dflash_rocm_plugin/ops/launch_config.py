@@ -138,11 +138,13 @@ def fp8_dots_allowed(*, native_fp8: bool, dtype, causal: bool | None, pv_split: 
     return allowed
 
 
-def fp8_dots_rule(*, native_fp8: bool, dtype, causal: bool | None, block_m: int, num_warps: int = 4,
-                  pv_split: bool = False, tuned: str | None = None) -> str:
+def fp8_dots_rule(*, native_fp8: bool, dtype, causal: bool | None, block_m: int, pv_split: bool = False,
+                  tuned: str | None = None) -> str:
     """``fp8_dots`` for a call: among ``fp8_dots_allowed``, what a tuned entry chose for its bucket, else in
-    tiles of at least FP8_QK_MIN_ROWS rows "qk" where allowed, "qk_pv_split" where allowed and each warp
-    holds under 32 of the rows (16x16 MFMAs, ``_mfma_nonkdim``), "qk_split" otherwise; else "none"."""
+    tiles of at least FP8_QK_MIN_ROWS rows "qk" where allowed, "qk_split" otherwise; else "none".
+    "qk_pv_split" only where a tuned entry chose it (``dflash-rocm tune`` checks each candidate against the
+    reference first): its kernel path has run on no AMD GPU yet, and on Hopper (Triton 3.6) it computes
+    non-finite rows (benchmarks/NOTES.md, "v17 -> v18")."""
     if _runtime.interpreting():
         return "none"
     allowed = fp8_dots_allowed(native_fp8=native_fp8, dtype=dtype, causal=causal, pv_split=pv_split)
@@ -150,9 +152,7 @@ def fp8_dots_rule(*, native_fp8: bool, dtype, causal: bool | None, block_m: int,
         return tuned
     if len(allowed) == 1 or block_m < FP8_QK_MIN_ROWS:
         return "none"
-    if "qk" in allowed:
-        return "qk"
-    return "qk_pv_split" if "qk_pv_split" in allowed and block_m // num_warps < 32 else "qk_split"
+    return "qk" if "qk" in allowed else "qk_split"
 
 
 def window_edge_keys(block_q: int, block_n: int, fp8_dots: bool) -> int:
@@ -361,8 +361,8 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     native_fp8 = support.is_native_fp8(kv_cache_dtype, arch)
     if "fp8_dots" not in _forced:
         rule = fp8_dots_rule(native_fp8=support.multiplies_fp8(kv_cache_dtype, arch), dtype=dtype, causal=causal,
-                             block_m=launch.block_m, num_warps=launch.num_warps,
-                             pv_split=support.splits_p_for_fp8_dots(arch), tuned=tuned_fp8_dots)
+                             block_m=launch.block_m, pv_split=support.splits_p_for_fp8_dots(arch),
+                             tuned=tuned_fp8_dots)
         launch = dataclasses.replace(launch, fp8_dots=rule)
     if (launch.fp8_dots == "qk_split" and launch.num_stages == 5 and not launch.page_ids_asm and launch.block_m < 128
             and not tuned_entry and "page_ids_asm" not in _forced):

@@ -93,11 +93,12 @@ def multiplies_fp8(kv_cache_dtype, arch: str) -> bool:
 
 
 def splits_p_for_fp8_dots(arch: str) -> bool:
-    """Whether P V over a cache in ``arch``'s own fp8 format runs on fp8 matrix units too, with P as the sum
-    of two fp8 parts (``fp8_dots="qk_pv_split"``), in tiles whose warps hold under 32 rows: gfx94x, whose
-    key loop is bound by the VALU work of converting V (compiled offline, Qwen3-8B q16 tile: instructions
-    -25 %, LDS operations -55 %, registers 247 -> 166-184; benchmarks/NOTES.md).  Not gfx950 (its fp16
-    MFMAs leave the split level there) nor NVIDIA (Hopper's fp8 B operand must be K-major, and V is not)."""
+    """Whether P V over a cache in ``arch``'s own fp8 format may run on fp8 matrix units too, with P as the
+    sum of two fp8 parts (``fp8_dots="qk_pv_split"``, a choice ``dflash-rocm tune`` may make): gfx94x, whose
+    key loop is bound by the VALU work of converting V (compiled offline, Qwen3-8B q16 tile in 16x16 MFMAs:
+    instructions -25 %, LDS operations -55 %, registers 247 -> 166-184; benchmarks/NOTES.md).  Not gfx950
+    (its fp16 MFMAs leave the split level there) nor NVIDIA (Hopper's fp8 B operand must be K-major, V is
+    not, and Triton 3.6 computes non-finite rows there)."""
     return arch.startswith("gfx94")
 
 

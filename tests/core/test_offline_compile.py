@@ -148,13 +148,12 @@ def test_chosen_launch_compiles_for_the_gpu(compiled, arch, name):
 def test_the_chosen_fp8_launches_dot_q_k_in_fp8(compiled, arch):
     """Over a cache in the GPU's own fp8 format Q K^T dots in fp8 (``launch_config.fp8_dots_rule``): under
     ``DFLASH_ROCM_FP8_QK=draft`` the draft's block with q rounded into fp8, the verify blocks with q as two
-    fp8 parts (on gfx94x in tiles of 16 rows a warp with P V on fp8 dots too, P as two parts); the other
-    format (decoded from its bytes) and 16-bit caches keep 16-bit dots.  Each compiled above."""
+    fp8 parts; the other format (decoded from its bytes) and 16-bit caches keep 16-bit dots.  Each compiled
+    above."""
     chosen = {name: compiled[(arch, name)][0]["fp8_dots"] for name, *_ in CASES}
     assert chosen.pop("qwen3-8b draft 32x16K p16 fp8") == "qk"
-    split = "qk_pv_split" if arch == "gfx942" else "qk_split"
-    assert chosen.pop("qwen3-8b verify 8x4K p1 fp8 split") == split
-    assert chosen.pop("qwen3-next d256 verify 32x16K p16 fp8") == split
+    assert chosen.pop("qwen3-8b verify 8x4K p1 fp8 split") == "qk_split"
+    assert chosen.pop("qwen3-next d256 verify 32x16K p16 fp8") == "qk_split"
     assert set(chosen.values()) == {"none"}
 
 
@@ -346,15 +345,18 @@ def test_gfx942_key_loops_round_p_without_the_software_conversion(monkeypatch, c
 
 @pytest.mark.parametrize("causal", [False, True], ids=["draft", "verify"])
 def test_gfx942_with_q_and_p_in_two_fp8_parts_converts_no_tile(monkeypatch, causal):
-    """What the gfx94x rule (``fp8_dots="qk_pv_split"`` in 16x16 MFMAs) is for on MI300X, whose key loop over
+    """What ``fp8_dots="qk_pv_split"`` (gfx94x, where tuned; 16x16 MFMAs) is for on MI300X, whose key loop over
     an fp8 cache is bound by its VALU: both products on fp8 MFMAs (P, like q, as the sum of two e4m3fnuz
     parts), so the unmasked loop converts neither K nor V (its conversions are P's parts) and, against the
-    launch it replaced (q in two parts, V converted to fp16, 32x32 MFMAs for the converted tiles' registers),
-    runs a quarter fewer VALU instructions, half the LDS operations, in fewer registers."""
-    cfg = _launch(monkeypatch, "gfx942", 32, 8, 128, 32, 16384, 16, kv_cache_dtype=torch.float8_e4m3fnuz,
-                  dtype=torch.bfloat16, causal=causal)
-    assert (cfg.fp8_dots, cfg.mfma_nonkdim) == ("qk_pv_split", 16)
-    before = dataclasses.replace(cfg, fp8_dots="qk_split", mfma_nonkdim=0)
+    default (q in two parts, V converted to fp16, 32x32 MFMAs for the converted tiles' registers), runs a
+    quarter fewer VALU instructions, half the LDS operations, in fewer registers."""
+    before = _launch(monkeypatch, "gfx942", 32, 8, 128, 32, 16384, 16, kv_cache_dtype=torch.float8_e4m3fnuz,
+                     dtype=torch.bfloat16, causal=causal)
+    assert (before.fp8_dots, before.mfma_nonkdim) == ("qk_split", 0)
+    with launch_config.forced(fp8_dots="qk_pv_split"):
+        cfg = _launch(monkeypatch, "gfx942", 32, 8, 128, 32, 16384, 16, kv_cache_dtype=torch.float8_e4m3fnuz,
+                      dtype=torch.bfloat16, causal=causal)
+    assert (cfg.fp8_dots, cfg.mfma_nonkdim) == ("qk_pv_split", 16)  # no converted tile: 16x16
     shape = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, causal=causal, num_tokens=512,
                  num_seqs=32, table_width=1024, cache="fp8-fnuz")
     jobs = []

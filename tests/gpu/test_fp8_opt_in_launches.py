@@ -27,6 +27,9 @@ VARIANTS = {
     "fp8-qk-pv-split": (dict(fp8_dots="qk_pv_split"), 5e-3, True),
     "pv-transposed": (dict(pv_transposed=True), 1e-2, False),
 }
+# P as two fp8 parts is refused on NVIDIA (Triton 3.6 computed non-finite rows on the H100): AMD only.
+if not ops.gpu_arch().startswith("gfx"):
+    del VARIANTS["fp8-qk-pv-split"]
 MODES = sorted(VARIANTS)
 
 

@@ -49,14 +49,14 @@ def test_fp8_format_of_each_gpu(monkeypatch, arch, native, decoded):
     ops.fp8_qk_policy.cache_clear()
     info = doctor.fp8_report(arch)
     fp8_dots = arch != "sm_80"  # Ampere multiplies no fp8 operands
-    pv_split = arch == "gfx942"  # P V on fp8 dots too, P as two parts
+    pv_split = arch == "gfx942"  # P V on fp8 dots too, P as two parts, where tuned
     assert info == {"native": native, "decoded": [decoded], "fp8_dots": fp8_dots, "fp8_pv_split": pv_split,
                     "fp8_qk": "off", "fp8_qk_env": "DFLASH_ROCM_FP8_QK"}
     line = doctor._fp8_line(info, arch)
     assert line.startswith(f"{native} converted by {arch}")
     dots = "Q K^T on fp8 dots, q as two fp8 parts" if fp8_dots else "no fp8 dots here: 16-bit dots"
     if pv_split:
-        dots = "Q K^T and P V on fp8 dots, q and P each as two fp8 parts (tiles of 16 rows a warp)"
+        dots += " (P V too, P as two fp8 parts, where a tuned entry chose it)"
     assert line.endswith(f"{dots}; q rounded into fp8 for no call (DFLASH_ROCM_FP8_QK=off)")
     monkeypatch.setenv("DFLASH_ROCM_FP8_QK", "draft")
     ops.fp8_qk_policy.cache_clear()
