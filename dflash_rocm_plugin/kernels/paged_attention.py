@@ -242,8 +242,8 @@ def _softmax_pv(acc, l_i, m_i, s, s_scale, pv_like, v_cache_ptr, v_off, key_ok, 
         p_op, v_op = p8.to(v.dtype), v
         if FP8_DOTS == P_SPLIT_DOTS:
             # As q with QK_SPLIT: P8_SCALE is a power of two, so the remainder of P's nearest e4m3
-            # value (at most half its step) holds P's next 4 significant bits exactly: 8 in all, a
-            # bf16 P's precision, down to e4m3's subnormals (p of 2^-10 and up).
+            # value (at most half its step) holds P's next 4 significant bits: 8 in all, a bf16 P's
+            # precision, while the remainder stays a normal e4m3 value (p of 2^-8 and up).
             p_lo = (p8 - p_op.to(tl.float32)).to(v.dtype)
     else:
         if P_INT_ROUND:

@@ -69,8 +69,10 @@ class AttentionLaunch:
     merge_warps: int = 1
     # fp8 caches: which dots run as fp8 tensor-core dots, "none", "qk_split" (q as two fp8 parts), "qk"
     # (q joins K's format), "pv" (P joins V's), "qk_pv" (both) or "qk_pv_split" (q and P each as two fp8
-    # parts) (kernels/paged_attention.py, FP8_QK, QK_SPLIT, FP8_DOTS).  ``fp8_dots_rule`` chooses "qk_split", or "qk" where ``support.fp8_qk_policy``
-    # names the call; the others are forced only: their speed and accuracy cost are in benchmarks/NOTES.md.
+    # parts) (kernels/paged_attention.py, FP8_QK, QK_SPLIT, FP8_DOTS).  ``fp8_dots_rule`` chooses
+    # "qk_split", or "qk" where ``support.fp8_qk_policy`` names the call, or what a tuned entry chose
+    # ("qk_pv_split" among them on gfx94x); the others are forced only: their speed and accuracy cost are
+    # in benchmarks/NOTES.md.
     fp8_dots: str = "none"
     # AMD: the MFMA instruction's M/N size (Triton's ``matrix_instr_nonkdim``; 0: Triton's choice,
     # 32x32 for these dots).  16 where a warp's share of the tile's rows is under 32 (``choose``).
