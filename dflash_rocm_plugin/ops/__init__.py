@@ -10,7 +10,8 @@ What is supported, and why not: ``supports(AttentionSpec(...))`` answers None or
 ``require`` raises ``Unsupported`` with it; ``platform_problem()`` says why no kernel can run here;
 ``native_fp8_dtype(arch)`` is the fp8 cache format a GPU converts in hardware, ``has_fp8_dots(arch)``
 whether it multiplies fp8 operands (then Q K^T over such a cache takes q as two fp8 parts), and
-``splits_p_for_fp8_dots(arch)`` whether P V does too, with P as two fp8 parts (gfx94x); ``fp8_qk_policy()``
+``splits_p_for_fp8_dots(arch)`` whether P V does too, with P as two fp8 parts (gfx94x), ``fp8_dots_problem(mode,
+arch)`` why a forced ``fp8_dots`` mode cannot run on a GPU; ``fp8_qk_policy()``
 which calls round q into fp8 instead (``DFLASH_ROCM_FP8_QK``: off, draft, all).
 What a call would run: ``describe_launch(...)``; which ``fp8_dots`` it may run: ``fp8_dots_choices(...)``
 (``FP8_ROUNDING_DOTS``: those that round q or P into fp8, at ten times the error);
@@ -65,6 +66,7 @@ from dflash_rocm_plugin.ops.support import (
     AttentionSpec,
     Unsupported,
     features_problem,
+    fp8_dots_problem,
     fp8_qk_covers,
     fp8_qk_policy,
     has_fp8_dots,
@@ -78,7 +80,7 @@ __all__ = [
     "paged_attention", "write_kv_cache", "greedy_sample",
     "AttentionSpec", "supports", "require", "features_problem", "Unsupported", "HEAD_DIMS", "DTYPES", "KV_CACHE_DTYPES",
     "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES", "native_fp8_dtype", "has_fp8_dots",
-    "splits_p_for_fp8_dots", "fp8_qk_policy", "fp8_qk_covers", "FP8_QK_ENV", "FP8_QK_CHOICES",
+    "splits_p_for_fp8_dots", "fp8_dots_problem", "fp8_qk_policy", "fp8_qk_covers", "FP8_QK_ENV", "FP8_QK_CHOICES",
     "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",
     "describe_launch", "fp8_dots_choices", "FP8_ROUNDING_DOTS", "may_split_keys", "LaunchDescription", "AttentionLaunch", "forced_launch",
     "ExtendLaunch", "forced_extend", "workspace_floats",

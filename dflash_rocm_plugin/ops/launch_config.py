@@ -95,7 +95,7 @@ FP8_DOT_PRODUCTS = {"none": (False, False), "qk": (True, False), "pv": (False, T
 FP8_QK_SPLIT_MODES = frozenset({"qk_split", "qk_pv_split"})
 # Modes whose P V takes P as the sum of two fp8 parts (the kernel's FP8_DOTS = P_SPLIT_DOTS): V's tiles
 # unconverted as with "pv", P kept to a bf16 operand's precision.
-FP8_PV_SPLIT_MODES = frozenset({"qk_pv_split"})
+FP8_PV_SPLIT_MODES = support.P_SPLIT_FP8_DOTS
 # Modes that round a 16-bit operand (q, or P) to e4m3's 3 mantissa bits: their answers are further from
 # the reference (benchmarks/NOTES.md, "v12 -> v13").
 FP8_ROUNDING_MODES = frozenset({"qk", "pv", "qk_pv"})

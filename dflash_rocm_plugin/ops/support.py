@@ -92,6 +92,10 @@ def multiplies_fp8(kv_cache_dtype, arch: str) -> bool:
     return is_native_fp8(kv_cache_dtype, arch) and has_fp8_dots(arch)
 
 
+# ``fp8_dots`` modes whose P V takes P as the sum of two fp8 parts (ops/launch_config.py reads it).
+P_SPLIT_FP8_DOTS = frozenset({"qk_pv_split"})
+
+
 def splits_p_for_fp8_dots(arch: str) -> bool:
     """Whether P V over a cache in ``arch``'s own fp8 format may run on fp8 matrix units too, with P as the
     sum of two fp8 parts (``fp8_dots="qk_pv_split"``, a choice ``dflash-rocm tune`` may make): gfx94x, whose
@@ -100,6 +104,17 @@ def splits_p_for_fp8_dots(arch: str) -> bool:
     (its fp16 MFMAs leave the split level there) nor NVIDIA (Hopper's fp8 B operand must be K-major, V is
     not, and Triton 3.6 computes non-finite rows there)."""
     return arch.startswith("gfx94")
+
+
+def fp8_dots_problem(fp8_dots: str, arch: str) -> str | None:
+    """Why an ``fp8_dots`` mode, forced or tuned, cannot run on ``arch`` (None where it can).  P as two fp8
+    parts is refused on NVIDIA: on an H100 (Triton 3.6) it left a third of the rows non-finite at every
+    stage count, while P rounded with one dot ("qk_pv") was finite (benchmarks/NOTES.md, "v17 -> v18").
+    gfx950 may still force it (``ci/rocm_validate.sh`` checks it there against the reference)."""
+    if fp8_dots in P_SPLIT_FP8_DOTS and arch.startswith("sm_"):
+        return (f"fp8_dots={fp8_dots!r} is not supported on NVIDIA GPUs ({arch}): P as two fp8 parts "
+                "computes non-finite rows there")
+    return None
 
 
 def _names(dtypes) -> str:

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dflash_rocm_plugin import ops, reference
+from dflash_rocm_plugin.ops import launch_config
 from tests.core.cases import build, check_against_reference
 
 FORMATS = [torch.float8_e4m3fn, torch.float8_e4m3fnuz]
@@ -308,6 +309,21 @@ def test_the_fp8_dots_an_architecture_takes_are_answered_away_from_it(monkeypatc
         assert ops.fp8_dots_choices(kv_cache_dtype=torch.float8_e4m3fn, dtype=torch.bfloat16, causal=False) == ("none",)
     finally:
         ops.fp8_qk_policy.cache_clear()
+
+
+def test_each_fp8_dots_mode_an_architecture_refuses_is_said_in_one_place():
+    """``fp8_dots_problem`` is the one answer to which forced modes a GPU refuses: P as two fp8 parts on
+    NVIDIA only (every ``sm_``), never another mode, and never a mode the choices then offer there."""
+    for arch in ("sm_89", "sm_90", "sm_100", "gfx942", "gfx950", "gfx1100"):
+        for mode in launch_config.FP8_DOTS_MODES:
+            problem = ops.fp8_dots_problem(mode, arch)
+            refused = mode == "qk_pv_split" and arch.startswith("sm_")
+            assert (problem is not None) == refused, (mode, arch, problem)
+            if refused:
+                assert "fp8_dots='qk_pv_split'" in problem and arch in problem
+                offered = ops.fp8_dots_choices(kv_cache_dtype=ops.native_fp8_dtype(arch), dtype=torch.bfloat16,
+                                               causal=False, arch=arch)
+                assert mode not in offered
 
 
 @pytest.mark.parametrize("policy", ["off", "all"])

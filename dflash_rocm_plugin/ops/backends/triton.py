@@ -10,7 +10,7 @@ from dflash_rocm_plugin.ops import _runtime, launch_config, workspace
 from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher
 from dflash_rocm_plugin.ops.call import AttentionCall
 from dflash_rocm_plugin.ops.kv_cache import FP8_CODES
-from dflash_rocm_plugin.ops.support import FP8_DOT_QUERY_DTYPES, native_fp8_dtype
+from dflash_rocm_plugin.ops.support import FP8_DOT_QUERY_DTYPES, fp8_dots_problem, native_fp8_dtype
 
 NAME = "triton"
 
@@ -49,10 +49,9 @@ class Launch:
         # With ``fp8_dots`` a natively converted fp8 cache dots in fp8 instead (the kernel docstring).
         fp8_dots = (cfg.fp8_dots if call.fp8 and not soft and q.dtype in FP8_DOT_QUERY_DTYPES
                     and not _runtime.interpreting() else "none")
-        if fp8_dots in launch_config.FP8_PV_SPLIT_MODES and _runtime.gpu_arch(q.device.index).startswith("sm_"):
-            # Triton 3.6 on Hopper computes non-finite rows with it (benchmarks/NOTES.md, "v17 -> v18").
-            raise ValueError(f"fp8_dots={fp8_dots!r} (a forced launch field) is not supported on NVIDIA GPUs; "
-                             f"choose one of {[m for m in launch_config.FP8_DOTS_MODES if m != fp8_dots]}")
+        problem = fp8_dots != "none" and fp8_dots_problem(fp8_dots, _runtime.gpu_arch(q.device.index))
+        if problem:
+            raise ValueError(f"{problem}; choose one of {[m for m in launch_config.FP8_DOTS_MODES if m != fp8_dots]}")
         qk_in_fp8, pv_in_fp8 = launch_config.FP8_DOT_PRODUCTS[fp8_dots]
         # The kernel's FP8_DOTS: how P joins V's format (1 rounded, 2 as two parts); 0: V converted.
         fp8_code = (2 if fp8_dots in launch_config.FP8_PV_SPLIT_MODES else 1) if pv_in_fp8 else 0
