@@ -16,7 +16,8 @@ which calls round q into fp8 instead (``DFLASH_ROCM_FP8_QK``: off, draft, all).
 What a call would run: ``describe_launch(...)``; which ``fp8_dots`` it may run: ``fp8_dots_choices(...)``
 (``FP8_ROUNDING_DOTS``: those that round q or P into fp8, at ten times the error);
 and whether its keys may be split at all:
-``may_split_keys(...)``; which backend serves each op: ``kernel_paths()``.
+``may_split_keys(...)``; which backend serves each op: ``kernel_paths()``; whether AMD AITER may serve calls of
+a configuration on a GPU architecture: ``aiter_may_serve(arch, ...)``.
 Workspace: ``workspace_floats(...)`` sizes the caller-owned split-KV scratch; ``MAX_KV_SPLITS`` is the most
 splits a call may take (``paged_attention(num_kv_splits=)``).
 Tuned launches (``dflash-rocm tune``): ``tuned_configs()`` says which files are in force;
@@ -31,6 +32,7 @@ from dflash_rocm_plugin.ops._runtime import triton_problem as platform_problem
 from dflash_rocm_plugin.ops._runtime import use_interpreter_without_gpu
 from dflash_rocm_plugin.ops.attention import paged_attention
 from dflash_rocm_plugin.ops.backends import AiterUnavailable
+from dflash_rocm_plugin.ops.backends.aiter import serves_on as aiter_may_serve
 from dflash_rocm_plugin.ops.backends import status as kernel_paths
 from dflash_rocm_plugin.ops.kv_cache import write_kv_cache
 from dflash_rocm_plugin.ops.launch_config import FP8_ROUNDING_MODES as FP8_ROUNDING_DOTS
@@ -85,7 +87,7 @@ __all__ = [
     "describe_launch", "fp8_dots_choices", "FP8_ROUNDING_DOTS", "may_split_keys", "LaunchDescription", "AttentionLaunch", "forced_launch",
     "ExtendLaunch", "forced_extend", "workspace_floats",
     "MAX_KV_SPLITS",
-    "kernel_paths", "AiterUnavailable",
+    "kernel_paths", "aiter_may_serve", "AiterUnavailable",
     "tuned_configs", "tuned_sources", "tuned_bucket", "tuned_document", "read_tuned_file", "tuned_user_path",
     "TUNED_CONFIGS_ENV", "TUNED_LAUNCH_FIELDS", "TUNED_OPTIONAL_LAUNCH_FIELDS",
 ]

@@ -23,6 +23,13 @@ class Run:
     note: str | None = None   # why an existing file was replaced
 
 
+def aiter_may_serve(shape, arch: str, dtype) -> bool:
+    """Whether AITER may serve this bucket's calls on ``arch`` (then the search times it against Triton); an
+    fp8 bucket's cache is in the GPU's own format (tune.cli)."""
+    return ops.aiter_may_serve(arch, causal=shape.causal, dtype=dtype, head_dim=shape.heads[2],
+                               kv_cache_dtype=ops.native_fp8_dtype(arch) if shape.kv == "fp8" else None)
+
+
 def expected_candidates(shapes, arch: str, dtype, space: space_mod.Space | None = None) -> list[int]:
     """Launches the search will time per bucket (the default and confirmation rounds excluded)."""
     space = space or space_mod.space_for(arch)
@@ -33,7 +40,7 @@ def expected_candidates(shapes, arch: str, dtype, space: space_mod.Space | None 
                                    num_kv_heads=hkv, head_dim=d, page_size=shape.page, kv_capacity=shape.context,
                                    causal=shape.causal, dtype=dtype, max_query_len=shape.q_len, backend="triton")
         can_split = ops.may_split_keys(shape.batch * shape.q_len, shape.batch, plan.launch.block_q)
-        extra = 2 if arch.startswith("gfx") and not shape.causal and shape.kv == "bf16" else 0  # AITER, Triton
+        extra = 2 if aiter_may_serve(shape, arch, dtype) else 0  # AITER, and Triton's default beside it
         # An fp8 cache here is in the GPU's own format (tune.cli).
         fp8_dots = 1 if shape.kv != "fp8" else len(ops.fp8_dots_choices(
             kv_cache_dtype=ops.native_fp8_dtype(arch), dtype=dtype, causal=shape.causal, arch=arch))

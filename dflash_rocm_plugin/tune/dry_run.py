@@ -6,6 +6,7 @@ import json
 
 import torch
 
+from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.tune import driver, output, space as space_mod
 
 
@@ -18,7 +19,8 @@ def plan(args, shapes, arch: str | None) -> dict:
     if arch is None:
         arch, note = "sm_90", "no GPU here: planning for sm_90 (H200); --arch gfx942 / gfx950 for MI300X / MI355X"
     space = space_mod.space_for(arch)
-    counts = driver.expected_candidates(shapes, arch, getattr(torch, args.dtype), space)
+    dtype = getattr(torch, args.dtype)
+    counts = driver.expected_candidates(shapes, arch, dtype, space)
     per_candidate = space_mod.SECONDS_PER_CANDIDATE[space_mod.family(arch)]
     seconds = [n * per_candidate + space_mod.SECONDS_PER_BUCKET for n in counts]
     budget = args.budget_min * 60
@@ -28,7 +30,10 @@ def plan(args, shapes, arch: str | None) -> dict:
             "expected_s": round(sum(seconds)), "seconds_per_candidate": per_candidate, "buckets_in_budget": fit,
             "space": {"num_splits": list(space.splits), "tiles": [list(t) for t in space.tiles],
                       "page_ids_asm": list(space.page_ids_asm), "overlap_qk": list(space.overlap_qk),
-                      "backend": arch.startswith("gfx")},
+                      "backend": any(driver.aiter_may_serve(s, arch, dtype) for s in shapes),
+                      "fp8_dots": {kind: list(ops.fp8_dots_choices(kv_cache_dtype=ops.native_fp8_dtype(arch),
+                                                                   dtype=dtype, causal=causal, arch=arch))
+                                   for kind, causal in (("draft", False), ("verify", True))}},
             "buckets": [{"label": s.label, "candidates": n} for s, n in zip(shapes, counts)]}
 
 
@@ -41,9 +46,8 @@ def text(record: dict, budget_min: float) -> str:
              f"{len(sp['tiles'])} tiles of BLOCK_N {_values(sp['tiles'], 0)} x warps {_values(sp['tiles'], 1)} x "
              f"stages {_values(sp['tiles'], 2)}; page_ids_asm {'/'.join(map(str, sp['page_ids_asm']))}; overlap_qk "
              f"{'/'.join(map(str, sp['overlap_qk']))}"
-             + ("; each with fp8_dots none/qk_split (GPUs with fp8 dots), qk_pv_split (gfx94x), and qk where"
-                " DFLASH_ROCM_FP8_QK names the calls"
-                if record["kv"] == "fp8" else "")
+             + (f"; each with fp8_dots {'/'.join(sp['fp8_dots']['draft'])} (draft), "
+                f"{'/'.join(sp['fp8_dots']['verify'])} (verify)" if record["kv"] == "fp8" else "")
              + ("; backend triton vs aiter where AITER serves the bucket" if sp["backend"] else ""),
              f"{'bucket':<28} {'candidates':>10}"]
     lines += [f"{b['label']:<28} {b['candidates']:>10}" for b in record["buckets"]]

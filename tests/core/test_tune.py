@@ -203,6 +203,26 @@ def test_dry_run_plans_without_a_gpu(capsys):
     assert "the budget of 20 min covers the first" in out
 
 
+def test_the_plan_counts_aiter_only_where_ops_says_it_serves(capsys):
+    """AITER candidates are counted for the non-causal bf16 buckets of heads AITER takes (``ops.aiter_may_serve``),
+    not for 256-wide heads (Qwen3.5 / Gemma-4 sliding layers), causal buckets, fp8 caches or NVIDIA."""
+    def counts(heads, arch="gfx942", kv="bf16"):
+        shapes = space_mod.buckets(["draft-q16", "verify-q16"], heads, [16], [(8, 4096)], kv=kv)
+        return driver.expected_candidates(shapes, arch, torch.bfloat16, space_mod.space_for(arch))
+    assert ops.aiter_may_serve("gfx942", causal=False, dtype=torch.bfloat16, head_dim=128)
+    assert not ops.aiter_may_serve("gfx942", causal=False, dtype=torch.bfloat16, head_dim=256)
+    assert not ops.aiter_may_serve("sm_90", causal=False, dtype=torch.bfloat16, head_dim=128)
+    def aiter_extra(heads, arch="gfx942", kv="bf16"):  # the draft bucket's candidates over the verify's
+        draft, verify = counts(heads, arch, kv)
+        return draft - verify
+    assert aiter_extra((32, 8, 128)) - aiter_extra((32, 8, 128), "sm_90") == 2
+    assert aiter_extra((16, 8, 256)) == aiter_extra((16, 8, 256), "sm_90")
+    assert aiter_extra((32, 8, 128), kv="fp8") == aiter_extra((32, 8, 128), "sm_90", kv="fp8")  # no AITER over fp8
+    assert top_cli.main(["tune", "--dry-run", "--arch", "gfx942", "--heads", "16/8/256", "--shapes", "8x4K",
+                         "--classes", "draft-q16", "--pages", "16"]) == 0
+    assert "aiter" not in capsys.readouterr().out
+
+
 def test_dry_run_json(capsys, tmp_path):
     assert top_cli.main(["tune", "--dry-run", "--json", "--heads", "64/8/64", "--shapes", "8x4K",
                          "--classes", "decode", "--pages", "16", "--out", str(tmp_path)]) == 0

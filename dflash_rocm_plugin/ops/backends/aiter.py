@@ -74,6 +74,15 @@ def shape_problem(*, causal: bool, window: int, softcap: float, dtype, head_dim:
     return None
 
 
+def serves_on(arch: str, *, causal: bool, dtype, head_dim: int, kv_cache_dtype=None, window: int = 0,
+              softcap: float = 0.0, sinks: bool = False) -> bool:
+    """Whether AITER's attention may serve calls of this configuration on a GPU of ``arch`` (ROCm GPUs
+    only), whether or not AITER is installed where this is asked (a tuning plan made away from the GPU)."""
+    return arch.startswith("gfx") and shape_problem(
+        causal=causal, window=window, softcap=softcap, dtype=dtype, head_dim=head_dim, num_kv_splits=None,
+        sinks=sinks, kv_cache_dtype=kv_cache_dtype) is None
+
+
 def attention_problem(call: AttentionCall) -> str | None:
     """Why ``mha_batch_prefill_func`` cannot take this (already validated) call, or None."""
     why = shape_problem(causal=call.causal, window=call.window, softcap=call.softcap, dtype=call.q.dtype,
