@@ -7,7 +7,8 @@ Calls (arguments checked before any launch; ``ValueError`` naming the argument):
     greedy_sample(logits, out=None)
 
 What is supported, and why not: ``supports(AttentionSpec(...))`` answers None or the reason;
-``require`` raises ``Unsupported`` with it; ``platform_problem()`` says why no kernel can run here;
+``require`` raises ``Unsupported`` with it
+(``features_problem``, ``kv_cache_dtype_problem`` and ``v_head_dim_problem`` answer for one fact each); ``platform_problem()`` says why no kernel can run here;
 ``native_fp8_dtype(arch)`` is the fp8 cache format a GPU converts in hardware, ``has_fp8_dots(arch)``
 whether it multiplies fp8 operands (then Q K^T over such a cache takes q as two fp8 parts), and
 ``splits_p_for_fp8_dots(arch)`` whether P V does too, with P as two fp8 parts (gfx94x), ``fp8_dots_problem(mode,
@@ -68,6 +69,8 @@ from dflash_rocm_plugin.ops.support import (
     AttentionSpec,
     Unsupported,
     features_problem,
+    kv_cache_dtype_problem,
+    v_head_dim_problem,
     fp8_dots_problem,
     fp8_qk_covers,
     fp8_qk_policy,
@@ -80,7 +83,8 @@ from dflash_rocm_plugin.ops.support import (
 
 __all__ = [
     "paged_attention", "write_kv_cache", "greedy_sample",
-    "AttentionSpec", "supports", "require", "features_problem", "Unsupported", "HEAD_DIMS", "DTYPES", "KV_CACHE_DTYPES",
+    "AttentionSpec", "supports", "require", "features_problem",
+    "kv_cache_dtype_problem", "v_head_dim_problem", "Unsupported", "HEAD_DIMS", "DTYPES", "KV_CACHE_DTYPES",
     "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES", "native_fp8_dtype", "has_fp8_dots",
     "splits_p_for_fp8_dots", "fp8_dots_problem", "fp8_qk_policy", "fp8_qk_covers", "FP8_QK_ENV", "FP8_QK_CHOICES",
     "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",

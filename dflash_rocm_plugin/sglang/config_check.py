@@ -41,16 +41,16 @@ def check_runner(runner) -> pools.PoolLayout:
     if not isinstance(layout, str) and layout.swa_layers:
         swa_dim = getattr(mc, "swa_head_dim", None) or mc.head_dim
         head_dims.add((swa_dim, getattr(mc, "swa_v_head_dim", None) or swa_dim))
+    dtype, cache_dtype = getattr(runner, "dtype", None), getattr(pool, "dtype", None)
     for head_dim, v_head_dim in sorted(head_dims):
-        why = ops.supports(ops.AttentionSpec(
-            head_dim=head_dim, v_head_dim=v_head_dim,
-            dtype=getattr(runner, "dtype", None), kv_cache_dtype=getattr(pool, "dtype", None),
-            features=frozenset(features)))
+        why = ops.supports(ops.AttentionSpec(head_dim=head_dim, v_head_dim=v_head_dim, dtype=dtype,
+                                             kv_cache_dtype=cache_dtype, features=frozenset(features)))
         if why is not None:
             if "tree_mask" in features:
                 why += (f" (speculative algorithm {algo.name}; served: DFLASH, or EAGLE/STANDALONE with "
                         "--speculative-eagle-topk 1)")
-            _reject(why + ("; use --kv-cache-dtype auto" if "KV cache dtype" in why else ""))
+            cache_refused = ops.kv_cache_dtype_problem(cache_dtype, dtype) is not None
+            _reject(why + ("; use --kv-cache-dtype auto" if cache_refused else ""))
 
     if isinstance(layout, str):
         _reject(layout)

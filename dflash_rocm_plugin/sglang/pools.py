@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.sglang import compat
 
 DISABLE_SWA_POOL = "--disable-hybrid-swa-memory"
+# Why a pool of DeepSeek-style latent (MLA) or sparse (DSA) layers is refused, in ops' words.
+_LATENT_CACHES = ops.features_problem({"mla", "sparse"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +59,7 @@ def describe(pool) -> PoolLayout | str:
         full = getattr(pool, "full_kv_pool", None)
         if getattr(pool, "use_mla", False) or not isinstance(full, MHATokenToKVPool):
             return (f"KV pool {name} holds its full-attention layers in {type(full).__name__} "
-                    "(MLA/DSA latent caches are not supported)")
+                    f"({_LATENT_CACHES})")
         ids = tuple(pool.full_attention_layer_id_mapping)
         if not ids:
             return f"KV pool {name} has no full-attention layers for this backend to serve"
@@ -77,7 +80,7 @@ def _describe_swa(pool, mha_class) -> PoolLayout | str:
     subs = (getattr(pool, "full_kv_pool", None), getattr(pool, "swa_kv_pool", None))
     if not all(isinstance(p, mha_class) for p in subs):
         return (f"KV pool {name} holds {', '.join(type(p).__name__ for p in subs)} sub-pools "
-                "(MLA/DSA latent caches are not supported)" + fallback)
+                f"({_LATENT_CACHES})" + fallback)
     if getattr(pool, "swa_req_ring_size", None) is not None or getattr(pool, "request_window", None) is not None \
             or getattr(pool, "swa_uses_full_indices", False):
         return (f"KV pool {name} keeps its window in per-request rings/rows, not in translated slots"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-from vllm.v1.attention.backend import AttentionBackend, AttentionType, MultipleOf
+from vllm.v1.attention.backend import AttentionBackend, MultipleOf
 from vllm.v1.kv_cache_interface import KVCacheLayout
 
 from dflash_rocm_plugin import ops
@@ -56,7 +56,7 @@ class RocmDFlashBackend(AttentionBackend):
 
     @classmethod
     def supports_sink(cls) -> bool:
-        return "sinks" not in ops.UNSUPPORTED_FEATURES
+        return True  # ops.paged_attention(sinks=): one logit per query head
 
     @classmethod
     def supports_per_head_quant_scales(cls) -> bool:
@@ -64,8 +64,8 @@ class RocmDFlashBackend(AttentionBackend):
 
     @classmethod
     def supports_attn_type(cls, attn_type: str) -> bool:
-        # Encoder / encoder-decoder (cross) attention have no paged self-attention path here.
-        return attn_type == AttentionType.DECODER
+        features = support.attn_type_features(attn_type)
+        return features is not None and ops.features_problem(features) is None
 
     @classmethod
     def supports_kv_cache_dtype(cls, kv_cache_dtype) -> bool:

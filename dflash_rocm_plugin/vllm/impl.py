@@ -16,7 +16,8 @@ def split_kv_cache(kv_cache: torch.Tensor, head_size: int) -> tuple[torch.Tensor
     if kv_cache.shape[-1] != 2 * head_size:
         raise ValueError(
             f"rocm_dflash: the KV cache holds {kv_cache.shape[-1]} values per head and slot; "
-            f"expected K|V = 2 x head_size ({2 * head_size}); different K and V head sizes are not supported")
+            f"expected K|V = 2 x head_size ({2 * head_size}): "
+            f"{ops.v_head_dim_problem(head_size, kv_cache.shape[-1] - head_size)}")
     key_cache, value_cache = kv_cache.transpose(1, 2).split(head_size, dim=-1)
     return key_cache, value_cache
 
@@ -30,9 +31,8 @@ class RocmDFlashImpl(AttentionImpl[RocmDFlashMetadata]):
         # The backend's supports_* hooks refuse these at selection; an impl built directly
         # (or by a model that bypasses selection) still fails here, before any kernel.
         asked = {"alibi": alibi_slopes is not None or extra.get("use_alibi_sqrt"),
-                 "chunked_local": extra.get("chunk_lookback", -1) > -1,
-                 "cross_attention": attn_type == AttentionType.ENCODER_DECODER,
-                 "encoder": attn_type in (AttentionType.ENCODER, AttentionType.ENCODER_ONLY)}
+                 "chunked_local": extra.get("chunk_lookback", -1) > -1}
+        asked.update(dict.fromkeys(support.attn_type_features(attn_type) or (), True))
         # The model dtype is not known here (None); selection and every call check it.
         support.require(head_size=head_size, dtype=None, kv_cache_dtype=kv_cache_dtype,
                         num_q_heads=num_heads, num_kv_heads=num_kv_heads or num_heads,
@@ -65,7 +65,7 @@ class RocmDFlashImpl(AttentionImpl[RocmDFlashMetadata]):
                 output_scale: torch.Tensor | None = None,
                 output_block_scale: torch.Tensor | None = None) -> torch.Tensor:
         if output_scale is not None or output_block_scale is not None:
-            raise NotImplementedError("rocm_dflash: fused output quantization is not supported")
+            raise NotImplementedError(f"rocm_dflash: {ops.features_problem({'output_quant'})}")
         if attn_metadata is None:  # memory-profiling run: no KV cache yet
             return output.fill_(0)
         num_tokens = attn_metadata.num_actual_tokens

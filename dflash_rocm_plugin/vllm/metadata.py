@@ -68,9 +68,8 @@ class RocmDFlashMetadataBuilder(AttentionMetadataBuilder[RocmDFlashMetadata]):
               fast_build: bool = False) -> RocmDFlashMetadata:
         cam = common_attn_metadata
         if not isinstance(cam.causal, bool):
-            raise ValueError(
-                "rocm_dflash: per-request causal masks (a causal tensor in CommonAttentionMetadata) "
-                "are not supported; causal must be a bool for the whole batch")
+            raise ops.Unsupported(f"rocm_dflash: {ops.features_problem({'per_request_causal'})} "
+                                  "(a causal tensor in CommonAttentionMetadata)")
         return RocmDFlashMetadata(
             num_actual_tokens=int(cam.num_actual_tokens),  # host ints (numpy scalars at times)
             max_query_len=int(cam.max_query_len),

@@ -21,14 +21,24 @@ _KV_CACHE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float3
 # gfx942, e4m3fn on gfx950 and NVIDIA), never one format's bytes read as the other's.
 FP8_NAMES = ("fp8", "fp8_e4m3")
 KV_CACHE_DTYPES = ("auto",) + tuple(n for n, d in _KV_CACHE_NAMES.items() if d in ops.KV_CACHE_DTYPES) + FP8_NAMES
-# vLLM's other quantized cache modes, and why each is refused.
+# vLLM's names for refused caches that ops has words for: the format, or the kind of layer.
+_OPS_REFUSES = {"fp8_e5m2": lambda dtype: ops.kv_cache_dtype_problem(torch.float8_e5m2, dtype),
+                "fp8_ds_mla": lambda dtype: ops.features_problem({"mla"})}
+# vLLM's other quantized cache modes (layouts of vLLM's own), and why each is refused.
 _REFUSED = {
-    "fp8_e5m2": "e5m2 is not one of the fp8 formats served (e4m3fn, e4m3fnuz); use fp8 / fp8_e4m3",
     "fp8_per_token_head": "per-token-head scales stored inline in the cache are not supported; use fp8 "
                           "with per-tensor or per-head checkpoint scales",
     "fp8_inc": "Intel Neural Compressor fp8 caches are not supported; use fp8",
-    "fp8_ds_mla": "MLA fp8 caches are not supported",
 }
+
+
+def attn_type_features(attn_type: str) -> frozenset | None:
+    """The ops features a vLLM attention type asks for (none for a decoder's self-attention), or None for a
+    type this translation does not know."""
+    from vllm.v1.attention.backend import AttentionType
+    return {AttentionType.DECODER: frozenset(), AttentionType.ENCODER_DECODER: frozenset({"cross_attention"}),
+            AttentionType.ENCODER: frozenset({"encoder"}), AttentionType.ENCODER_ONLY: frozenset({"encoder"})
+            }.get(attn_type)
 
 
 class UnknownCacheDtype(Exception):
@@ -56,7 +66,8 @@ def spec(*, head_size: int, dtype, kv_cache_dtype="auto", features=(), **fields)
     try:
         cache = kv_cache_torch_dtype(kv_cache_dtype, dtype)
     except UnknownCacheDtype:
-        why = _REFUSED.get(kv_cache_dtype, "this quantized KV cache is not supported")
+        refuses = _OPS_REFUSES.get(kv_cache_dtype)
+        why = refuses(dtype) if refuses else _REFUSED.get(kv_cache_dtype, "this quantized KV cache is not supported")
         return f"kv_cache_dtype {kv_cache_dtype!r}: {why} (supported: {', '.join(KV_CACHE_DTYPES)})"
     return ops.AttentionSpec(head_dim=head_size, dtype=dtype, kv_cache_dtype=cache,
                              features=frozenset(features), **fields)

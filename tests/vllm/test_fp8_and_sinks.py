@@ -198,7 +198,8 @@ def test_gpt_oss_layers_and_fp8_are_accepted_at_selection():
 
 
 @pytest.mark.parametrize("mode,why", [
-    ("fp8_e5m2", "e5m2 is not one of the fp8 formats served"),
+    ("fp8_e5m2", "float8_e5m2 is not supported (supported: the model dtype, or fp8 float8_e4m3fn, float8_e4m3fnuz"),
+    ("fp8_ds_mla", "multi-head latent attention (MLA) is not supported"),
     ("fp8_per_token_head", "per-token-head scales stored inline"),
     ("fp8_inc", "Intel Neural Compressor"),
 ])

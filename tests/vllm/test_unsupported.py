@@ -23,7 +23,7 @@ def test_supported_configurations_have_no_reasons():
 
 
 @pytest.mark.parametrize("overrides,expected", [
-    (dict(kv_cache_dtype="fp8_e5m2"), "rocm_dflash: kv_cache_dtype 'fp8_e5m2': e5m2 is not one of the fp8 formats"),
+    (dict(kv_cache_dtype="fp8_e5m2"), "rocm_dflash: kv_cache_dtype 'fp8_e5m2': KV cache dtype torch.float8_e5m2 is not supported"),
     (dict(kv_cache_dtype="fp8_e5m2"), "kv_cache_dtype not supported"),
     (dict(kv_cache_dtype="fp8_per_token_head"), "per-token-head scales stored inline in the cache are not supported"),
     (dict(kv_cache_dtype="float16"), "rocm_dflash: KV cache dtype torch.float16 differs from the model dtype"),
@@ -54,6 +54,24 @@ def test_impl_refuses_alibi_quantized_modes_and_cross_attention():
         RocmDFlashImpl(4, 32, 0.1, 2, None, None, "auto", attn_type="encoder_decoder")
     with pytest.raises(ValueError, match="head_dim 20"):
         RocmDFlashImpl(4, 20, 0.1, 2, None, None, "auto")
+
+
+def test_attention_types_and_the_layer_s_other_refusals_are_said_in_ops_words():
+    """The backend's attention-type hook and the layer's own refusals read ops (``features_problem``,
+    ``v_head_dim_problem``): a fact changed there changes them."""
+    from vllm.v1.attention.backend import AttentionType
+
+    from dflash_rocm_plugin import ops
+    from dflash_rocm_plugin.vllm.backend import RocmDFlashBackend
+    from dflash_rocm_plugin.vllm.impl import RocmDFlashImpl, split_kv_cache
+    assert RocmDFlashBackend.supports_attn_type(AttentionType.DECODER)
+    for kind in (AttentionType.ENCODER, AttentionType.ENCODER_ONLY, AttentionType.ENCODER_DECODER, "unknown"):
+        assert not RocmDFlashBackend.supports_attn_type(kind), kind
+    with pytest.raises(ValueError, match="v_head_dim 16 differs from head_dim 32"):
+        split_kv_cache(torch.zeros(3, 2, 16, 48), 32)
+    impl = RocmDFlashImpl(4, 32, 0.1, 2, None, None, "auto")
+    with pytest.raises(NotImplementedError, match=ops.features_problem({"output_quant"})):
+        impl.forward(None, None, None, None, None, None, None, output_scale=torch.ones(1))
 
 
 def test_per_request_causal_tensor_is_refused_at_build(engine_config):
