@@ -175,10 +175,6 @@ def _dtype(name: str, device):
 
     if name == "auto":
         return torch.float32 if device.type == "cpu" else torch.bfloat16
-    if device.type == "cpu" and name == "bfloat16":
-        # The interpreter's tl.dot on bf16 operands is wrong; fp16/fp32 are exact.
-        raise UsageError("--dtype bfloat16 is not supported on the CPU (the Triton interpreter's bf16 dots "
-                         "are wrong); use float32 or float16 there")
     return getattr(torch, name)
 
 

@@ -55,6 +55,12 @@ def test_random_draft_is_lossless_but_accepts_less(default_run, capsys):
     assert r["tau"] < default_run["tau"]
 
 
+def test_bf16_on_the_cpu_is_lossless(capsys):
+    """bf16 runs on the CPU too: ops runs the interpreter's dots over bf16 operands in fp32."""
+    run = _run_json(capsys, "--device", "cpu", "--dtype", "bfloat16")
+    assert run["lossless"] is True and run["tau"] > 1.0 and run["dtype"] == "bfloat16"
+
+
 def test_skipped_verification_is_caught_and_exits_1(capsys):
     r = _run_json(capsys, "--fault", "skip-verify", status=1)
     assert r["lossless"] is False
@@ -100,7 +106,6 @@ def no_model_may_be_built(monkeypatch):
     (["--prompt", "hello"], "--prompt needs a tokenizer and the tiny models have none"),
     (["--prompt", ""], "--prompt needs a tokenizer"),
     (["--device", "tpu"], "--device 'tpu' is not supported (auto, cpu, cuda, cuda:N"),
-    (["--device", "cpu", "--dtype", "bfloat16"], "--dtype bfloat16 is not supported on the CPU"),
     (["--target", "/nonexistent", "--draft", "/nonexistent", "--prompt-ids", "1"], "--target /nonexistent: cannot read"),
 ])
 def test_bad_arguments_are_rejected_at_once(no_model_may_be_built, capsys, argv, message):
