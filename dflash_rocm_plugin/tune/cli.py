@@ -57,8 +57,12 @@ def _layout(args) -> tuple[int, int, int]:
             hq, hkv, d = (int(x) for x in args.heads.split("/"))
         except ValueError:
             raise ValueError(f"--heads {args.heads!r} is not Q/KV/D, e.g. 32/8/128") from None
-        if min(hq, hkv, d) < 1 or hq % hkv:
-            raise ValueError(f"--heads {args.heads!r}: query heads must be a positive multiple of KV heads")
+        if min(hq, hkv, d) < 1:
+            raise ValueError(f"--heads {args.heads!r}: every count must be positive")
+        from dflash_rocm_plugin import ops
+        why = ops.supports(ops.AttentionSpec(head_dim=d, dtype=None, num_q_heads=hq, num_kv_heads=hkv))
+        if why is not None:
+            raise ValueError(f"--heads {args.heads!r}: {why}")
         return hq, hkv, d
     if args.model not in shapes_mod.MODELS:
         raise ValueError(f"--model {args.model!r} is not one of {sorted(shapes_mod.MODELS)} (or give --heads Q/KV/D)")

@@ -32,10 +32,8 @@ from tests.core.cases import build
 
 
 @pytest.fixture(autouse=True)
-def fresh_switch():
-    triton_direct.reset()
-    yield
-    triton_direct.reset()
+def fresh_switch(monkeypatch):
+    monkeypatch.setattr(triton_direct, "_facts", None)  # the switch and the Triton release read again
 
 
 def _call(splits=None, sinks=False, fp8=False, window=0):
@@ -113,7 +111,7 @@ def test_the_interpreter_the_switch_and_other_releases_launch_normally(monkeypat
             monkeypatch.delenv(triton_direct.SWITCH, raising=False)
         else:
             monkeypatch.setenv(triton_direct.SWITCH, switch)
-        triton_direct.reset()
+        monkeypatch.setattr(triton_direct, "_facts", None)
         assert triton_direct.enabled() is on, (version, switch)
         state = triton_direct.state()
         assert state["direct"] is on
@@ -265,7 +263,7 @@ def test_the_installed_triton_launches_directly(monkeypatch):
     SGLang pin, where tests/vllm runs this again) keeps repeat calls on the direct launch."""
     monkeypatch.setattr(_runtime, "interpreting", lambda: False)
     monkeypatch.delenv(triton_direct.SWITCH, raising=False)
-    triton_direct.reset()
+    monkeypatch.setattr(triton_direct, "_facts", None)
     assert triton_direct.enabled(), triton_direct.state()
 
 

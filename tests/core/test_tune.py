@@ -237,6 +237,8 @@ def test_dry_run_json(capsys, tmp_path):
     (["--model", "llama"], "--model 'llama' is not one of"),
     (["--heads", "32/6/128"], "--heads '32/6/128'"),
     (["--heads", "32x8"], "is not Q/KV/D"),
+    (["--heads", "32/8/20"], "--heads '32/8/20': head_dim 20 is not supported"),
+    (["--heads", "256/2/128"], "--heads '256/2/128': "),  # a GQA group past what ops serves
     (["--classes", "draft-q16,spec"], "--classes ['spec']"),
     (["--shapes", "8x1000", "--pages", "16"], "multiple of every page size"),
     (["--arch", "gfx942"], "--arch is for --dry-run"),

@@ -42,7 +42,7 @@ def _switch(monkeypatch, on: bool):
         monkeypatch.delenv(triton_direct.SWITCH, raising=False)
     else:
         monkeypatch.setenv(triton_direct.SWITCH, "0")
-    triton_direct.reset()
+    monkeypatch.setattr(triton_direct, "_facts", None)  # read the switch again
     call_cache.clear()
     if on and not triton_direct.enabled():
         import triton

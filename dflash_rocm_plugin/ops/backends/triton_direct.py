@@ -276,12 +276,6 @@ def _fixed_arguments(jit, all_params: bool, num_pointers: int, ints: tuple, cons
     return (*ints, *tail)
 
 
-def reset() -> None:
-    """Read the switch and the Triton release again (tests)."""
-    global _facts
-    _facts = None
-
-
 def enabled() -> bool:
     if _facts is None:
         _load()
