@@ -116,7 +116,7 @@ if [[ "${NCU:-0}" == 1 ]]; then
     python3 benchmarks/ncu_stalls.py /tmp/ncu-16-window-2048.csv /tmp/ncu-16-context-2064.csv 2>&1 \
         | tee "$OUT/ncu-stalls-window-vs-same-keys.txt"
 fi
-GPU_TESTS_A="tests/gpu/test_direct_launch.py tests/gpu/test_fp8_opt_in_launches.py tests/gpu/test_fp8_sinks_window.py"
+GPU_TESTS_A="tests/gpu/test_dense_kv_prefill.py tests/gpu/test_direct_launch.py tests/gpu/test_fp8_opt_in_launches.py tests/gpu/test_fp8_sinks_window.py"
 GPU_TESTS_B="tests/gpu/test_graph_replay.py tests/gpu/test_numerics_bf16.py tests/gpu/test_tune_on_gpu.py tests/gpu/test_window_drafts.py"
 case "$TESTS" in
     1) tests=tests/gpu ;;
