@@ -7,13 +7,13 @@ Calls (arguments checked before any launch; ``ValueError`` naming the argument):
     greedy_sample(logits, out=None)
 
 What is supported, and why not: ``supports(AttentionSpec(...))`` answers None or the reason;
-``require`` raises ``Unsupported`` with it
-(``features_problem``, ``kv_cache_dtype_problem`` and ``v_head_dim_problem`` answer for one fact each); ``platform_problem()`` says why no kernel can run here;
-``native_fp8_dtype(arch)`` is the fp8 cache format a GPU converts in hardware, ``has_fp8_dots(arch)``
-whether it multiplies fp8 operands (then Q K^T over such a cache takes q as two fp8 parts), and
-``splits_p_for_fp8_dots(arch)`` whether P V does too, with P as two fp8 parts (gfx94x), ``fp8_dots_problem(mode,
-arch)`` why a forced ``fp8_dots`` mode cannot run on a GPU; ``fp8_qk_policy()``
-which calls round q into fp8 instead (``DFLASH_ROCM_FP8_QK``: off, draft, all).
+``require`` raises ``Unsupported`` with it; ``features_problem``, ``kv_cache_dtype_problem`` and
+``v_head_dim_problem`` answer for one fact each (adapters word their own refusals with them);
+``platform_problem()`` says why no kernel can run here.  fp8 on a GPU: ``native_fp8_dtype(arch)`` is the
+cache format it converts in hardware, ``has_fp8_dots(arch)`` whether it multiplies fp8 operands (then Q K^T
+over such a cache takes q as two fp8 parts), ``splits_p_for_fp8_dots(arch)`` whether P V may too, with P as
+two fp8 parts (gfx94x), ``fp8_dots_problem(mode, arch)`` why a forced ``fp8_dots`` mode cannot run there;
+``fp8_qk_policy()`` which calls round q into fp8 instead (``DFLASH_ROCM_FP8_QK``: off, draft, all).
 What a call would run: ``describe_launch(...)``; which ``fp8_dots`` it may run: ``fp8_dots_choices(...)``
 (``FP8_ROUNDING_DOTS``: those that round q or P into fp8, at ten times the error);
 and whether its keys may be split at all:
