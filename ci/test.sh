@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command (README): builds or reuses every test environment from the
-# package registries, then runs each suite in its own environment.
+# The test command (README): builds or reuses every test environment from the package registries (one
+# after another, in the background, ahead of the suites) and runs each suite in its own environment.
 #
 #   bash ci/test.sh            all suites
 #   bash ci/test.sh core vllm  only these

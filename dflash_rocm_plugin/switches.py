@@ -3,7 +3,7 @@
 * ``DFLASH_ROCM_DISABLE=1``: ``register()`` leaves the host untouched -- no backend, no draft hook,
   no host fix -- and says so in one log line.
 * ``DFLASH_ROCM_ALLOW_UNTESTED_HOST=1``: a host version outside the tested ranges (a nightly such
-  as vLLM 0.34.0.dev, SGLang 0.5.24) is registered anyway, with one warning naming the tested
+  as vLLM 0.35.0.dev, SGLang 0.5.24) is registered anyway, with one warning naming the tested
   ranges.  The backend's own validation still refuses every layer it cannot serve.  Without it such
   a host is refused, in one log line.
 
