@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI as a new machine runs it: a fresh clone of HEAD, empty environment, wheel and pip caches,
 # then `.ci/run` (= bash ci/test.sh).  Run it whenever ci/, ci/envs/ or pyproject.toml change:
-# a warm cache once hid a red cold run.  Takes about 45 minutes and ~55 GB of free disk on 2 cores; the
+# a warm cache once hid a red cold run.  Takes about 45 minutes and ~45 GB of free disk on 2 cores; the
 # scratch directory is deleted afterwards unless --keep is given.
 #
 #   bash ci/cold_check.sh [--keep] [suite ...]      (suites as for ci/test.sh; default: all)
