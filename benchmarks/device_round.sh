@@ -17,6 +17,7 @@
 #   DENSE     the dense-K/V prefill kernel's launch fields (DENSE_FORCES: sets of --force-dense items, one set
 #             per word, items joined by '+'; default 2 stages, 64-key tiles, and pointer loads instead of TMA)
 #             on the prefill workload of Qwen3-8B, Qwen3-Next and gpt-oss heads, cuDNN in each process
+#   WHY_SPLIT_P  P as two fp8 parts past NVIDIA's refusal, with and without DISABLE_MMA_V3=1 (split_p_probe.py)
 #   NCU       Nsight Compute stall samples of that pair (q16, 32 x 16K window 2048 against 32 x 2064 keys)
 set -u
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -105,6 +106,13 @@ if [[ "${WIDE:-0}" == 1 ]]; then
 fi
 if [[ "${PARITY:-0}" == 1 ]]; then
     timeout 120 python3 benchmarks/window_parity.py --json "$OUT/window-parity.json" 2>&1 | tee "$OUT/window-parity.txt"
+fi
+if [[ "${WHY_SPLIT_P:-0}" == 1 ]]; then
+    # Two Triton caches: the in-memory kernel cache's key leaves DISABLE_MMA_V3 out, so each run is a process.
+    for mma in "" 1; do
+        env ${mma:+DISABLE_MMA_V3=1} TRITON_CACHE_DIR="/tmp/split-p-cache-${mma:-0}" timeout 100 \
+            python3 benchmarks/split_p_probe.py 2>&1 | tee -a "$OUT/split-p-probe.txt"
+    done
 fi
 if [[ "${NCU:-0}" == 1 ]]; then
     # The per-instruction CSVs are large: only their summary comes back.

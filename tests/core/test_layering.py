@@ -25,8 +25,9 @@ LOWER = ("kernels", "ops", "hostfix", "switches")
 UPPER = ("vllm", "sglang", "demo", "bench", "tune", "doctor", "cli")
 # Profilers of the ops layer's own repeat path (each stage's host time), which time its submodules
 # by name, and the A/B of two kernel versions (launch_ab.py --other-kernel), which swaps the kernels
-# the ops layer launches: no caller of the contract may do either.
-OPS_STAGE_PROFILERS = ("benchmarks.host_breakdown", "benchmarks.launch_ab")
+# the ops layer launches, and the probe that runs a launch ops refuses on NVIDIA to tell a compiler
+# fault from the kernel's arithmetic (split_p_probe.py): no caller of the contract may do any of them.
+OPS_STAGE_PROFILERS = ("benchmarks.host_breakdown", "benchmarks.launch_ab", "benchmarks.split_p_probe")
 
 
 def module_name(path: Path) -> str:
