@@ -69,16 +69,16 @@ from dflash_rocm_plugin.ops.support import (
     AttentionSpec,
     Unsupported,
     features_problem,
-    kv_cache_dtype_problem,
-    v_head_dim_problem,
     fp8_dots_problem,
     fp8_qk_covers,
     fp8_qk_policy,
     has_fp8_dots,
+    kv_cache_dtype_problem,
     native_fp8_dtype,
     require,
     splits_p_for_fp8_dots,
     supports,
+    v_head_dim_problem,
 )
 
 __all__ = [
