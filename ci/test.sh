@@ -95,7 +95,7 @@ for spec in "${SUITES[@]}"; do
         continue
     fi
     log "suite '$suite': preparing environment '$envname'"
-    # A child shell: set -e holds inside it (it would not inside a function called from `if`).
+    # The build's log goes to stderr, the environment's path to stdout; non-zero when the build failed.
     if ! venv="$(prebuilt_env "$envname")"; then
         log "suite '$suite': FAILED to build environment '$envname'"
         failed_suites+=("$suite(env)"); total_failed=$((total_failed + 1)); continue

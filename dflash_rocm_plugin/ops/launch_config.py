@@ -323,7 +323,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
             cap = MAX_SPLITS if programs * WAVE_SPLITS * 4 <= slots else WAVE_SPLITS
             num_splits = max(1, min(slots // programs, by_length, cap))
     page_ids_asm = overlap_qk = False
-    if arch.startswith("sm_") and not _runtime.interpreting():
+    if takes_inline_ptx(arch) and not _runtime.interpreting():
         page_ids_asm = True
         tiles = -(-kv_capacity // (num_splits * block_n))
         if smem < _DEEP_STAGES_SMEM:
@@ -445,6 +445,12 @@ def _hopper_256_group_rows(arch: str, head_dim_pad: int, group: int, num_tokens:
     return 128 if num_seqs * num_kv_heads * WAVE_SPLITS >= sms else 0
 
 
+def takes_inline_ptx(arch: str) -> bool:
+    """Whether kernels for ``arch`` may load page ids by inline PTX (``page_ids_asm``,
+    kernels/paged_attention.py): NVIDIA only; the interpreter runs none either way."""
+    return arch.startswith("sm_")
+
+
 def may_split(num_tokens: int, num_seqs: int, block_q: int) -> bool:
     """Whether the chooser (or a tuned entry) may split a call's keys: every sequence's queries fit
     one tile, or number at most ``SPLIT_QUERY_ROWS`` (padding rows counted, as the launch does)."""
@@ -488,7 +494,7 @@ def _tuned_launch(launch: AttentionLaunch, fields: dict, arch: str, splits_free:
     block_q = fields.pop("block_q", None)
     if not splits_free:
         fields["num_splits"] = launch.num_splits
-    fields["page_ids_asm"] = fields["page_ids_asm"] and arch.startswith("sm_") and not _runtime.interpreting()
+    fields["page_ids_asm"] = fields["page_ids_asm"] and takes_inline_ptx(arch) and not _runtime.interpreting()
     launch = dataclasses.replace(launch, **fields)
     if block_q is not None and rows_free:
         launch = _with_block_q(launch, block_q, group, max_query_len)

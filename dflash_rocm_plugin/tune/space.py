@@ -20,6 +20,7 @@ import dataclasses
 import itertools
 
 from dflash_rocm_plugin.bench.shapes import DEFAULT_SHAPES, Shape
+from dflash_rocm_plugin import ops
 
 # name: (mode, query rows per sequence; None: the whole context)
 CLASSES = {
@@ -72,8 +73,8 @@ def space_for(arch: str) -> Space:
     if arch.startswith("sm_"):
         # H200 v1-v4 (benchmarks/NOTES.md): BLOCK_N 32-128, 4/8 warps, 2-5 stages all won somewhere.
         # Prefill: 64-256 rows (H200 v7: 256 rows won at 1 x 8K and 1 x 32K, 128 at 4 x 4K).
-        return Space(tiles=tuple(itertools.product((32, 64, 128), (4, 8), (2, 3, 4, 5))), page_ids_asm=(False, True),
-                     rows=(64, 128, 256))
+        return Space(tiles=tuple(itertools.product((32, 64, 128), (4, 8), (2, 3, 4, 5))),
+                     page_ids_asm=(False, True) if ops.takes_inline_ptx(arch) else (False,), rows=(64, 128, 256))
     if arch.startswith("gfx"):
         # CDNA3/4: 1-3 stages (registers bound occupancy past that), no inline PTX; prefill rows as on
         # Hopper (AMD's own Triton attention kernels run 128-256-row tiles; unmeasured here).
