@@ -37,7 +37,7 @@ from dflash_rocm_plugin.ops.backends.aiter import serves_on as aiter_may_serve
 from dflash_rocm_plugin.ops.backends import status as kernel_paths
 from dflash_rocm_plugin.ops.kv_cache import write_kv_cache
 from dflash_rocm_plugin.ops.launch_config import FP8_ROUNDING_MODES as FP8_ROUNDING_DOTS
-from dflash_rocm_plugin.ops.launch_config import ExtendLaunch, forced_extend
+from dflash_rocm_plugin.ops.extend_launch import ExtendLaunch, forced_extend
 from dflash_rocm_plugin.ops.launch_config import may_split as may_split_keys
 from dflash_rocm_plugin.ops.launch_config import takes_inline_ptx
 from dflash_rocm_plugin.ops.plan import (
@@ -89,7 +89,8 @@ __all__ = [
     "FP8_KV_CACHE_DTYPES", "UNSUPPORTED_FEATURES", "native_fp8_dtype", "has_fp8_dots",
     "splits_p_for_fp8_dots", "fp8_dots_problem", "fp8_qk_policy", "fp8_qk_covers", "FP8_QK_ENV", "FP8_QK_CHOICES",
     "platform_problem", "on_rocm", "gpu_arch", "interpreting", "use_interpreter_without_gpu",
-    "describe_launch", "fp8_dots_choices", "FP8_ROUNDING_DOTS", "may_split_keys", "takes_inline_ptx", "LaunchDescription", "AttentionLaunch", "forced_launch",
+    "describe_launch", "fp8_dots_choices", "FP8_ROUNDING_DOTS", "may_split_keys", "takes_inline_ptx",
+    "LaunchDescription", "AttentionLaunch", "forced_launch",
     "ExtendLaunch", "forced_extend", "workspace_floats",
     "MAX_KV_SPLITS",
     "kernel_paths", "aiter_may_serve", "AiterUnavailable",

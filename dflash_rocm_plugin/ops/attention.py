@@ -70,7 +70,7 @@ def paged_attention(
             them (the rows the host wrote this step).  Given both, the whole prompts of a causal call
             (sequences with nothing cached before this step's tokens) read their keys from them
             instead of gathering them from the pages, which is faster; the result is the same
-            (``support.extend_problem`` says which calls qualify, ``launch_config.choose_extend``
+            (``support.extend_problem`` says which calls qualify, ``extend_launch.choose_extend``
             from which prompt length).
 
     Returns:

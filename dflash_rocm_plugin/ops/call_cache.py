@@ -20,7 +20,7 @@ import threading
 
 import torch
 
-from dflash_rocm_plugin.ops import _runtime, launch_config, tuned
+from dflash_rocm_plugin.ops import _runtime, extend_launch, launch_config, tuned
 
 # Distinct shape sets alive at once: a step has a few (one per attention kind and batch shape),
 # prefill adds one per token count.  Oldest first out, so a long run cannot grow it.
@@ -76,7 +76,7 @@ def key(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, sinks, k_sc
             _meta(sinks), _meta(k_scale), _meta(v_scale), _meta(out), _meta(workspace),
             causal, _scalar(scale), _scalar(sliding_window), _scalar(softcap), _scalar(max_query_len),
             _scalar(num_kv_splits), _scalar(backend), _meta(new_keys), _meta(new_values),
-            launch_config.forced_extend_fields(), arch, id(table), launch_config.forced_fields(),
+            extend_launch.forced_extend_fields(), arch, id(table), launch_config.forced_fields(),
         )
     except KeyError:
         return None

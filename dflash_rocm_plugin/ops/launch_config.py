@@ -175,7 +175,7 @@ _forced: dict = {}
 @contextlib.contextmanager
 def forced(**fields):
     """Within the block, every launch uses these AttentionLaunch fields (tuning sweeps)."""
-    with _forcing(_forced, AttentionLaunch, "launch", fields, check=_check_fp8_dots):
+    with forcing(_forced, AttentionLaunch, "launch", fields, check=_check_fp8_dots):
         yield
 
 
@@ -185,7 +185,7 @@ def _check_fp8_dots(fields: dict) -> None:
 
 
 @contextlib.contextmanager
-def _forcing(store: dict, launch_cls, what: str, fields: dict, check=None):
+def forcing(store: dict, launch_cls, what: str, fields: dict, check=None):
     """``store`` holds ``fields`` (names of ``launch_cls``, then ``check``ed) within the block, as it held
     before after it."""
     unknown = set(fields) - {f.name for f in dataclasses.fields(launch_cls)}
@@ -273,7 +273,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     # 3 stages) 1 x 8K 410 vs 360, 1 x 32K 459 vs 376; 128 rows 4 x 4K 387 vs 364 (256: 370).
     # Decided by the mean query length, so the decodes of a mixed step are not put in tall tiles
     # by one long chunk beside them.
-    # On AMD, 128 rows from the same 8192 (``_amd_prefill_warps``).
+    # On AMD, 128 rows from the same 8192 (``amd_prefill_warps``).
     prefill_rows = 0
     if arch.startswith(("sm_", "gfx")) and head_dim_pad <= 128 and num_seqs > 0:
         mean_rows = min(num_tokens // num_seqs, max_query_len or num_tokens) * group
@@ -289,7 +289,7 @@ def choose(*, num_tokens: int, num_seqs: int, num_kv_heads: int, group: int, hea
     if wide_head_tile:
         num_warps = 8
     if prefill_rows and arch.startswith("gfx"):
-        num_warps = _amd_prefill_warps(arch)
+        num_warps = amd_prefill_warps(arch)
     if (arch.startswith("sm_") and block_q == 1 and block_m <= 16 and head_dim_pad <= 128
             and (page_size is None or page_size >= 16)
             and smem >= _DEEP_STAGES_SMEM):
@@ -413,7 +413,7 @@ def _wide_head_rows(arch: str, head_dim_pad: int, smem: int) -> int:
     return 0
 
 
-def _amd_prefill_warps(arch: str) -> int:
+def amd_prefill_warps(arch: str) -> int:
     """Warps of AMD's 128-row prefill tile (heads up to 128 wide, 64-key tiles), compiled offline
     (Triton 3.9, bf16, Qwen3-8B heads, 1 x 8K, page 16; instructions of the unmasked key loop per
     16 query rows of a wave, VALU and LDS operations among them; registers per lane):
@@ -513,99 +513,3 @@ def _with_block_q(launch: AttentionLaunch, block_q: int, group: int, max_query_l
     """``launch`` with tiles of ``block_q`` queries and their rows."""
     block_q, block_m = _tile_rows(block_q, group, max_query_len)
     return dataclasses.replace(launch, block_q=block_q, block_m=block_m)
-
-
-@dataclasses.dataclass(frozen=True)
-class ExtendLaunch:
-    """The dense-K/V prefill kernel's launch (kernels/extend_attention.py)."""
-    block_m: int        # query tokens of one head per program; sequences shorter than this stay paged
-    block_n: int
-    num_warps: int
-    num_stages: int
-    use_desc: bool      # Hopper and later: the block's K/V tiles by TMA copies
-    qo_desc: bool = False  # ... and its query tile and (whole tiles') output by TMA copies too
-
-
-_forced_extend: dict = {}
-
-
-@contextlib.contextmanager
-def forced_extend(**fields):
-    """Within the block, every dense-K/V prefill launch uses these ExtendLaunch fields (tuning sweeps)."""
-    with _forcing(_forced_extend, ExtendLaunch, "extend launch", fields):
-        yield
-
-
-def forced_extend_fields() -> tuple:
-    """The fields ``forced_extend`` sets now, as a key."""
-    return tuple(_forced_extend.items()) if _forced_extend else ()
-
-
-# Host bound on query rows per sequence from which a call on a GPU runs its whole prompts dense: the
-# dense launch is a second launch (a 1 x 2K prompt's eager call: 73 us of host time against the paged
-# call's 61, both under the GPU's 90 / 127 us; H200), hidden behind the GPU from prompts of about this
-# length on ...
-DENSE_MIN_QUERY_LEN = 2048
-# ... and from prompts of this length on Hopper when the step has at least SHORT_PROMPTS_MIN_TOKENS
-# query rows (several such prompts keep the GPU busy for longer than the host takes), in 128 x 64 tiles.
-SHORT_PROMPTS_MIN_QUERY_LEN = 1024
-SHORT_PROMPTS_MIN_TOKENS = 4096
-# Sliding windows up to this many keys take 64-row tiles: a tile of B rows loads about B + window keys
-# for the window each row sees, so 128-row tiles spend half their dots on masked keys at a 128-key window.
-SMALL_WINDOW = 256
-
-
-def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int | None,
-                  window: int = 0, num_tokens: int = 0) -> ExtendLaunch | None:
-    """The dense-K/V prefill launch for a call of ``num_tokens`` query rows whose host bounds its query
-    rows per sequence by ``max_query_len``, or None: a call without a bound, or under
-    ``DENSE_MIN_QUERY_LEN`` on a GPU (decode, q16 blocks, short prefill chunks; on Hopper, steps of
-    ``SHORT_PROMPTS_MIN_TOKENS`` rows go dense from ``SHORT_PROMPTS_MIN_QUERY_LEN``).  Its prompts of at
-    least ``block_m`` tokens run dense.
-
-    H200, causal prefill, TFLOP/s, TMA tiles against the paged kernel's rules in one process
-    (benchmarks/NOTES.md, "v14 -> v15").  Qwen3-8B heads (32 / 8 of 128): 128 x 128, 8 warps, 3 stages
-    576 / 503 / 298 / 580 at 1 x 8K / 4 x 4K / 16 x 1K / 1 x 32K (paged 426 / 390 / 291 / 489); 128 x 64,
-    4 warps, 2 stages 472 / 456 / 311 / 486; 4 stages do not fit.  Pointer loads, 128 x 128, 8 warps,
-    3 stages: 497 / 430 / 269 / 507 (NVIDIA before Hopper).  Qwen3-Next / Qwen3.5 full-attention heads
-    (16 / 2 of 256): 128 x 64, 8 warps, 2 stages 545 / 552 / 515 / 534 at 1 x 8K / 2 x 8K / 4 x 4K / 1 x 32K
-    (paged 302 / 317 / 300 / 279; 64 x 64, 4 warps, 3 stages 562 / 555 / 493 / 542; 3 stages of 128 rows
-    do not fit).  AMD (no TMA): the 128-row tile of the paged kernel's prefill (``_amd_prefill_warps``),
-    1 stage on gfx942 and 2 on gfx950, 32-key tiles for 256-wide heads (LDS); unmeasured.
-
-    Windows up to ``SMALL_WINDOW``: 64 x 64 tiles, 4 warps.  H200, gpt-oss heads (64 / 8 of 64) with sinks and
-    a 128-key window, TFLOP/s of visible keys at 1 x 8K / 4 x 4K / 1 x 32K: 64 x 64 at 3 stages 108 / 103 /
-    113; 128 x 128 at 8 warps 59 / 56 / 61; 128 x 64 at 4 warps 84 / 83 / 87; the paged kernel 92 / 95 / 95.
-    Gemma-4's sliding layers (16 / 8 of 256, a 512-key window) keep 128 x 64 (249 / 278 / 267; 64 x 64 262 /
-    245 / 274; paged 166 / 166 / 174).
-
-    Hopper's tiles also load the query tile and store whole output tiles by TMA (``qo_desc``; "v15 -> v16"):
-    538 / 465 / 564 at 1 x 8K / 4 x 4K / 1 x 32K against 526 / 476 / 548 without.  Short prompts: 16 x 1K
-    (host bound 1024, 16K rows) in 128 x 64 tiles of 4 warps at 2 stages 354, in 128 x 128 tiles 310, the
-    pages 295 (cuDNN 478); 128 x 64 loses on long prompts (495 / 481 / 512), so it serves only host bounds
-    under ``DENSE_MIN_QUERY_LEN``.
-    """
-    arch = _runtime.gpu_arch(device_index)
-    least = DENSE_MIN_QUERY_LEN
-    wide = head_dim > 128
-    if arch == "cpu":  # the interpreter: small tiles keep tests quick
-        cfg = ExtendLaunch(32, 16, 4, 1, False)
-        least = cfg.block_m
-    elif arch.startswith("gfx"):
-        cfg = ExtendLaunch(128, 32 if wide else 64, _amd_prefill_warps(arch), 2 if arch.startswith("gfx95") else 1,
-                           False)
-    else:
-        tma = int(arch[3:]) >= 90
-        cfg = ExtendLaunch(128, 64, 8, 2, tma, tma) if wide else ExtendLaunch(128, 128, 8, 3, tma, tma)
-        if (tma and not wide and max_query_len is not None and num_tokens >= SHORT_PROMPTS_MIN_TOKENS
-                and SHORT_PROMPTS_MIN_QUERY_LEN <= max_query_len < least):
-            cfg = ExtendLaunch(128, 64, 4, 2, True, True)
-            least = SHORT_PROMPTS_MIN_QUERY_LEN
-    if 0 < window <= SMALL_WINDOW and arch != "cpu":
-        cfg = dataclasses.replace(cfg, block_m=64, block_n=min(cfg.block_n, 64), num_warps=4,
-                                  num_stages=3 if cfg.use_desc else cfg.num_stages)
-    if _forced_extend:
-        cfg = dataclasses.replace(cfg, **_forced_extend)
-    if max_query_len is None or max_query_len < max(least, cfg.block_m):
-        return None
-    return cfg

@@ -11,7 +11,7 @@ import dataclasses
 
 import torch
 
-from dflash_rocm_plugin.ops import _runtime, backends, launch_config, support, tuned, workspace
+from dflash_rocm_plugin.ops import _runtime, backends, extend_launch, launch_config, support, tuned, workspace
 
 AttentionLaunch = launch_config.AttentionLaunch
 forced_launch = launch_config.forced
@@ -25,20 +25,20 @@ class LaunchDescription:
     workspace_floats: int             # split-KV scratch this call needs (0: none)
     # Given the call's own K/V (``new_kv``): the launch of the dense-K/V kernel that serves its whole
     # prompts (the launch above serves the rest); None: every row reads the pages.
-    dense_launch: launch_config.ExtendLaunch | None = None
+    dense_launch: extend_launch.ExtendLaunch | None = None
 
 
 def dense_kv_launch(*, causal: bool, window: int, softcap: float, dtype, kv_cache_dtype, head_dim: int,
                     num_tokens: int, max_query_len: int | None, num_kv_splits: int | None, backend: str,
-                    device_index: int | None) -> launch_config.ExtendLaunch | None:
+                    device_index: int | None) -> extend_launch.ExtendLaunch | None:
     """The dense-K/V launch a call that passes its own K/V runs its whole prompts in, or None: a call
     ``support.extend_problem`` names, one pinned to AITER or to a split count, or one whose host bound on
-    query rows is too short for it (``launch_config.choose_extend``)."""
+    query rows is too short for it (``extend_launch.choose_extend``)."""
     if backend == "aiter" or num_kv_splits is not None or support.extend_problem(
             causal=causal, softcap=softcap, dtype=dtype,
             kv_cache_dtype=dtype if kv_cache_dtype is None else kv_cache_dtype, head_dim=head_dim):
         return None
-    return launch_config.choose_extend(head_dim=head_dim, max_query_len=max_query_len, device_index=device_index,
+    return extend_launch.choose_extend(head_dim=head_dim, max_query_len=max_query_len, device_index=device_index,
                                        window=window, num_tokens=num_tokens)
 
 

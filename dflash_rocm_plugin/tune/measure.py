@@ -83,7 +83,7 @@ class BucketBench:
     def __init__(self, shape: TuneShape, device, dtype, timer: Timer, fp8_dtype=torch.float8_e4m3fn):
         self.shape, self.device, self.timer = shape, torch.device(device), timer
         # Without a prompt's own K/V rows: the tuner times the paged launch, which those rows would
-        # hand a whole prompt's work away from (to the dense kernel, launch_config.choose_extend).
+        # hand a whole prompt's work away from (to the dense kernel, ops/extend_launch.py).
         self.case = inputs.build(shape, self.device, dtype=dtype, new_kv=False)
         if shape.kv == "fp8" and fp8_dtype != self.case.k_cache.dtype:
             self.case.k_cache = self.case.k_cache.float().to(fp8_dtype)

@@ -217,7 +217,7 @@ def _main() -> int:
                                                          **job["shape"])})
                 continue
             if job.get("kernel") == "extend":
-                from dflash_rocm_plugin.ops.launch_config import ExtendLaunch
+                from dflash_rocm_plugin.ops.extend_launch import ExtendLaunch
 
                 # The launch's own type: a field it no longer has fails the job instead of going unread.
                 results.append([dataclasses.asdict(c) for c in extend(

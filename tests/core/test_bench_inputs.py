@@ -56,7 +56,7 @@ def test_bench_force_parses_launch_fields_and_names_a_bad_one():
         with pytest.raises(ValueError, match=says):
             cli.parse_forced(bad)
     assert cli.main(["--force", "bogus=1"]) == 2  # before looking for a GPU
-    from dflash_rocm_plugin.ops.launch_config import ExtendLaunch
+    from dflash_rocm_plugin.ops.extend_launch import ExtendLaunch
     assert cli.parse_forced(["block_n=64", "use_desc=false", "qo_desc=true"], ExtendLaunch, "--force-dense") == {
         "block_n": 64, "use_desc": False, "qo_desc": True}
     with pytest.raises(ValueError, match="--force-dense 'fp8_dots=pv'"):

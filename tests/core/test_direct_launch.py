@@ -416,7 +416,7 @@ def test_on_rocm_a_storage_on_the_other_side_of_2_gb_launches_normally(fake_gpu,
 
 def _dense(window=0, sinks=False):
     """A whole prompt's call, its prepared dense launch, and its own K/V rows."""
-    from dflash_rocm_plugin.ops import launch_config
+    from dflash_rocm_plugin.ops import extend_launch
     from dflash_rocm_plugin.ops.backends import triton_extend
     c = build([70, 40], [70, 40], num_q_heads=4, num_kv_heads=2, head_dim=32)
     call = AttentionCall(c.q, c.k_cache, c.v_cache, c.block_table, c.seq_lens, c.query_start_loc,
@@ -425,7 +425,7 @@ def _dense(window=0, sinks=False):
                          sinks=torch.zeros(4) if sinks else None, k_scale=None, v_scale=None, extend_min_q=32)
     fused = torch.zeros(c.q.shape[0] + 2, 8 * 32)  # q, k and v of a token side by side
     keys, values = fused[:, 4 * 32:6 * 32].view(-1, 2, 32), fused[:, 6 * 32:].view(-1, 2, 32)
-    cfg = launch_config.ExtendLaunch(32, 16, 4, 1, True, True)
+    cfg = extend_launch.ExtendLaunch(32, 16, 4, 1, True, True)
     return call, triton_extend.Launch(call, cfg, keys, values), keys, values
 
 

@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dflash_rocm_plugin import ops, reference
-from dflash_rocm_plugin.ops import launch_config
+from dflash_rocm_plugin.ops import extend_launch
 from dflash_rocm_plugin.ops.backends import triton_extend
 from tests.core.cases import build, poisoned_like, tolerance
 
-# The interpreter's launch (launch_config.choose_extend): blocks of at least this many queries go dense.
-LONG = launch_config.choose_extend(head_dim=32, max_query_len=1 << 20, device_index=None).block_m
+# The interpreter's launch (extend_launch.choose_extend): blocks of at least this many queries go dense.
+LONG = extend_launch.choose_extend(head_dim=32, max_query_len=1 << 20, device_index=None).block_m
 
 
 def new_kv(case, spare_rows=3):
@@ -129,7 +129,7 @@ def test_half_precision(dtype):
 def test_tma_descriptor_tiles(qo_desc):
     # The Hopper path: the block's tiles by tensor descriptors (the interpreter runs them too); a prompt's
     # last, partial tile stores its rows by pointers (a descriptor would write the next prompt's).
-    with launch_config.forced_extend(use_desc=True, qo_desc=qo_desc):
+    with extend_launch.forced_extend(use_desc=True, qo_desc=qo_desc):
         check(build([1, 70, 45, 33, 64], [1, 60, 45, 33, 64], num_q_heads=4, num_kv_heads=2), sinks=torch.zeros(4))
         check(build([2 * LONG + 5, LONG], [2 * LONG + 5, LONG], num_q_heads=4, num_kv_heads=2), sliding_window=20)
 

@@ -6,7 +6,7 @@ The device facts come from ops._runtime; each test pins them, so these run on an
 import pytest
 
 from dflash_rocm_plugin import ops
-from dflash_rocm_plugin.ops import _runtime, launch_config
+from dflash_rocm_plugin.ops import _runtime, extend_launch, launch_config
 from tests.core.cases import pin_gpu
 
 H200 = dict(arch="sm_90", smem=227 * 1024, sms=132)
@@ -310,17 +310,17 @@ def test_reverse_tile_order_is_forced_only(device, arch):
 def test_short_prompts_go_dense_on_hopper_only_in_steps_of_many_rows(monkeypatch, arch):
     from tests.core.cases import pin_gpu
     pin_gpu(monkeypatch, arch, 160 * 1024, 132)
-    short, many = launch_config.SHORT_PROMPTS_MIN_QUERY_LEN, launch_config.SHORT_PROMPTS_MIN_TOKENS
-    cfg = launch_config.choose_extend(head_dim=128, max_query_len=short, device_index=0, num_tokens=many)
+    short, many = extend_launch.SHORT_PROMPTS_MIN_QUERY_LEN, extend_launch.SHORT_PROMPTS_MIN_TOKENS
+    cfg = extend_launch.choose_extend(head_dim=128, max_query_len=short, device_index=0, num_tokens=many)
     if arch != "sm_90":
         assert cfg is None  # unmeasured there: the long-prompt bound holds
         return
     assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.use_desc, cfg.qo_desc) == (
         128, 64, 4, 2, True, True)
     for kw in (dict(max_query_len=short - 1, num_tokens=many), dict(max_query_len=short, num_tokens=many - 1)):
-        assert launch_config.choose_extend(head_dim=128, device_index=0, **kw) is None
-    assert launch_config.choose_extend(head_dim=256, max_query_len=short, device_index=0, num_tokens=many) is None
-    long = launch_config.choose_extend(head_dim=128, max_query_len=launch_config.DENSE_MIN_QUERY_LEN,
+        assert extend_launch.choose_extend(head_dim=128, device_index=0, **kw) is None
+    assert extend_launch.choose_extend(head_dim=256, max_query_len=short, device_index=0, num_tokens=many) is None
+    long = extend_launch.choose_extend(head_dim=128, max_query_len=extend_launch.DENSE_MIN_QUERY_LEN,
                                        device_index=0, num_tokens=many)
     assert (long.block_n, long.num_warps) == (128, 8)  # long prompts keep the 128-key tile
 
@@ -330,20 +330,20 @@ def test_short_prompts_go_dense_on_hopper_only_in_steps_of_many_rows(monkeypatch
 def test_dense_prompts_launch_only_where_the_host_cost_is_hidden(monkeypatch, arch, tma):
     from tests.core.cases import pin_gpu
     pin_gpu(monkeypatch, arch, 160 * 1024, 132)
-    least = launch_config.DENSE_MIN_QUERY_LEN
-    assert launch_config.choose_extend(head_dim=128, max_query_len=None, device_index=0) is None
-    assert launch_config.choose_extend(head_dim=128, max_query_len=least - 1, device_index=0) is None
-    cfg = launch_config.choose_extend(head_dim=128, max_query_len=least, device_index=0)
+    least = extend_launch.DENSE_MIN_QUERY_LEN
+    assert extend_launch.choose_extend(head_dim=128, max_query_len=None, device_index=0) is None
+    assert extend_launch.choose_extend(head_dim=128, max_query_len=least - 1, device_index=0) is None
+    cfg = extend_launch.choose_extend(head_dim=128, max_query_len=least, device_index=0)
     assert cfg is not None and cfg.use_desc == tma and cfg.block_m == 128
-    with launch_config.forced_extend(use_desc=not tma, num_stages=2):
-        forced = launch_config.choose_extend(head_dim=128, max_query_len=least, device_index=0)
+    with extend_launch.forced_extend(use_desc=not tma, num_stages=2):
+        forced = extend_launch.choose_extend(head_dim=128, max_query_len=least, device_index=0)
     assert (forced.use_desc, forced.num_stages) == (not tma, 2)
-    wide = launch_config.choose_extend(head_dim=256, max_query_len=least, device_index=0)
+    wide = extend_launch.choose_extend(head_dim=256, max_query_len=least, device_index=0)
     assert wide.use_desc == tma and wide.block_m == 128 and wide.block_n <= cfg.block_n
     with pytest.raises(ValueError, match="unknown extend launch fields"):
-        with launch_config.forced_extend(block_q=64):
+        with extend_launch.forced_extend(block_q=64):
             pass
     # gpt-oss's 128-key windows take 64-row tiles; Gemma-4's 512-key windows keep the prompt's tile.
-    small = launch_config.choose_extend(head_dim=64, max_query_len=least, device_index=0, window=128)
+    small = extend_launch.choose_extend(head_dim=64, max_query_len=least, device_index=0, window=128)
     assert (small.block_m, small.block_n, small.num_warps, small.use_desc) == (64, 64, 4, tma)
-    assert launch_config.choose_extend(head_dim=256, max_query_len=least, device_index=0, window=512) == wide
+    assert extend_launch.choose_extend(head_dim=256, max_query_len=least, device_index=0, window=512) == wide

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from dflash_rocm_plugin import ops
-from dflash_rocm_plugin.ops import launch_config
+from dflash_rocm_plugin.ops import extend_launch, launch_config
 from tests.core.cases import pin_gpu
 from tests.core import offline_compile
 
@@ -416,7 +416,7 @@ def test_dense_kv_prefill_launch_compiles_for_every_gpu(monkeypatch):
                                           (16, 8, 256, False, 256)):
             with monkeypatch.context() as m:
                 pin_gpu(m, arch, smem, sms)
-                cfg = launch_config.choose_extend(head_dim=d, max_query_len=8192, device_index=0, window=window)
+                cfg = extend_launch.choose_extend(head_dim=d, max_query_len=8192, device_index=0, window=window)
             jobs.append(dict(kernel="extend", arch=arch, launch=dataclasses.asdict(cfg),
                              shape=dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, sinks=sinks,
                                         window=window > 0)))

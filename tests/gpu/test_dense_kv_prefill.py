@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dflash_rocm_plugin import ops, reference
-from dflash_rocm_plugin.ops import launch_config
+from dflash_rocm_plugin.ops import extend_launch
 from tests.gpu.caches import paged_caches
 
 pytestmark = pytest.mark.gpu
@@ -59,8 +59,8 @@ def test_dense_kv_prefill_matches_float64(name, tma, heads):
     hq, hkv, d = heads
     q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens, hq=hq, hkv=hkv, d=d)
     out = torch.full_like(q, float("nan"))
-    with launch_config.forced_extend(use_desc=tma):
-        assert launch_config.choose_extend(head_dim=d, max_query_len=max(q_lens), device_index=0) is not None
+    with extend_launch.forced_extend(use_desc=tma):
+        assert extend_launch.choose_extend(head_dim=d, max_query_len=max(q_lens), device_index=0) is not None
         ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=max(q_lens),
                             new_keys=nk, new_values=nv)
     _assert_matches_float64(q, k, v, table, sl, qsl, out)
@@ -129,7 +129,7 @@ def test_dense_kv_prefill_with_sinks_and_windows_matches_float64(feature, name, 
     sinks = torch.randn(hq, device="cuda") + 1.0 if kw.get("sinks") else None
     window = kw.get("window")
     out = torch.full_like(q, float("nan"))
-    with launch_config.forced_extend(use_desc=tma):
+    with extend_launch.forced_extend(use_desc=tma):
         ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=max(q_lens),
                             new_keys=nk, new_values=nv, sliding_window=window, sinks=sinks)
     _assert_matches_float64(q, k, v, table, sl, qsl, out, sliding_window=window, sinks=sinks)
@@ -140,12 +140,12 @@ def test_short_prompts_in_a_step_of_many_rows_run_dense(tma):
     # Hopper's short-prompt launch (host bound 1024, at least 4096 rows): 128 x 64 tiles.
     seq_lens = [1024, 1024, 1024, 1024, 900, 77]
     q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, seq_lens)
-    cfg = launch_config.choose_extend(head_dim=128, max_query_len=1024, device_index=0, num_tokens=q.shape[0])
+    cfg = extend_launch.choose_extend(head_dim=128, max_query_len=1024, device_index=0, num_tokens=q.shape[0])
     if cfg is None:
         pytest.skip("short prompts read the pages on this GPU")
     assert (cfg.block_m, cfg.block_n) == (128, 64)
     out = torch.full_like(q, float("nan"))
-    with launch_config.forced_extend(use_desc=tma, qo_desc=tma):
+    with extend_launch.forced_extend(use_desc=tma, qo_desc=tma):
         ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=1024,
                             new_keys=nk, new_values=nv)
     _assert_matches_float64(q, k, v, table, sl, qsl, out)

@@ -142,7 +142,7 @@ def test_fnuz_platform_bytes_are_read_as_fnuz(engine_config, platform_fp8):
 @pytest.mark.parametrize("window", [None, 8, 40])
 def test_sinks_match_triton_attn_and_reference(engine_config, causal, seq_lens, q_lens, window, monkeypatch):
     from vllm.v1.kv_cache_interface import KVCacheLayout
-    from dflash_rocm_plugin.ops import launch_config
+    from dflash_rocm_plugin.ops import extend_launch
     from dflash_rocm_plugin.ops.backends import triton_extend
 
     launched = []
@@ -154,7 +154,7 @@ def test_sinks_match_triton_attn_and_reference(engine_config, causal, seq_lens, 
     batch = kv_batches.build(seq_lens, q_lens, causal=causal, layout=KVCacheLayout.LBNHC, padding_rows=2, seed=9)
     cache = batch.kv_cache.clone()
     out = _run(ours_builder, ours, layer, batch, cache, write=True)
-    dense_from = launch_config.choose_extend(head_dim=D, max_query_len=1 << 20, device_index=None).block_m
+    dense_from = extend_launch.choose_extend(head_dim=D, max_query_len=1 << 20, device_index=None).block_m
     assert bool(launched) == (causal and max(q_lens) >= dense_from), "whole prompts (only they) run dense"
     their_cache = batch.kv_cache.clone()
     their_out = _run(theirs_builder, theirs, layer, batch, their_cache, write=True)

@@ -28,7 +28,7 @@ import torch
 from dflash_rocm_plugin.ops import _runtime, tuned
 from dflash_rocm_plugin.ops.backends import aiter, aiter_loader, triton, triton_direct, triton_extend
 from dflash_rocm_plugin.ops.call import AttentionCall
-from dflash_rocm_plugin.ops.launch_config import ExtendLaunch
+from dflash_rocm_plugin.ops.extend_launch import ExtendLaunch
 
 ATTENTION_ENV, GREEDY_ENV = aiter.ATTENTION_ENV, aiter.GREEDY_ENV
 ATTENTION_CHOICES = ("auto", "triton", "aiter")

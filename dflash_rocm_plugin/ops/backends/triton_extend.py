@@ -21,7 +21,7 @@ import torch
 from dflash_rocm_plugin.ops import _runtime
 from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher
 from dflash_rocm_plugin.ops.call import AttentionCall
-from dflash_rocm_plugin.ops.launch_config import ExtendLaunch
+from dflash_rocm_plugin.ops.extend_launch import ExtendLaunch
 
 _data_ptr = torch.Tensor.data_ptr
 
