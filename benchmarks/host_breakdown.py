@@ -98,17 +98,16 @@ def child(calls: int, peers_dir: str | None) -> dict:
             "relaunch (every kernel of the call)": lambda: relaunch(launch.launches(), pointers),
         }
         addresses = tuple(t.data_ptr() for t in pointers)
-        for name, (run, gx, gy, gz, function, metadata, take, fixed) in zip(
-                ("attention", "merge"), next(iter(relaunch.variants.values()), ())):
-            own = addresses if take is None else take(addresses)
-            stage[f"{name} CompiledKernel.run"] = lambda run=run, g=(gx, gy, gz), f=function, m=metadata, a=own, \
-                x=fixed: run(*g, stream, f, m, None, None, None, *a, *x)
+        for name, kept in zip(("attention", "merge"), next(iter(relaunch.variants.values()), ())):
+            own = addresses if kept.take is None else kept.take(addresses)
+            stage[f"{name} CompiledKernel.run"] = lambda k=kept, a=own: k.run(
+                k.gx, k.gy, k.gz, stream, k.function, k.metadata, None, None, None, *a, *k.fixed)
             if name == "attention":
                 # What the relaunch paid before it passed addresses: the launcher asks each tensor for
                 # its address and the driver whether the GPU can reach it.
-                stage["attention CompiledKernel.run, tensors"] = lambda run=run, g=(gx, gy, gz), f=function, \
-                    m=metadata, x=fixed: run(*g, stream, f, m, None, None, None, *pointers, *x)
-                arguments = len(pointers) + len(fixed)
+                stage["attention CompiledKernel.run, tensors"] = lambda k=kept: k.run(
+                    k.gx, k.gy, k.gz, stream, k.function, k.metadata, None, None, None, *pointers, *k.fixed)
+                arguments = len(pointers) + len(kept.fixed)
         stage["whole ops.paged_attention"] = lambda: ops.paged_attention(*tensors, **kw)
         if peer is not None:
             stage["vLLM unified_attention, whole call"] = peer(case)[0][0]

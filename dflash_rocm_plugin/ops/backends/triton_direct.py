@@ -25,6 +25,7 @@ the normal launch (an error also ends direct launches for the process, with one 
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import operator
@@ -45,6 +46,11 @@ _MISSING = object()
 _data_ptr = torch.Tensor.data_ptr
 _Tensor = torch.Tensor
 logger = logging.getLogger("dflash_rocm_plugin.launches")
+
+# One kernel of a kept launch: the launcher (``run``), the grid, what the launcher passes the kernel, which
+# pointers it takes, its other arguments, and the compiled kernel itself (from Triton 3.8 on, a collected
+# one unloads its module, and with it ``function``).
+Kept = collections.namedtuple("Kept", "run gx gy gz function metadata take fixed compiled")
 
 # None: not decided yet; False: off; else the Triton facts the launches need.
 _facts = None
@@ -246,10 +252,8 @@ class Relauncher:
                       for jit, _, take, ints, constexprs in launches)
         if any(f is None for f in fixed):
             return
-        # ``run`` is read now, once: the compiled kernel built its launcher at its first launch.  The
-        # compiled kernel itself is kept too: from 3.8 on, one that is collected unloads its module,
-        # and with it the function handle kept here.
-        self.variants[key] = tuple((c.run, *launch[1], c.function, c.packed_metadata, launch[2], f, c)
+        # ``run`` is read now, once: the compiled kernel built its launcher at its first launch.
+        self.variants[key] = tuple(Kept(c.run, *launch[1], c.function, c.packed_metadata, launch[2], f, c)
                                    for c, launch, f in zip(compiled, launches, fixed))
 
 
