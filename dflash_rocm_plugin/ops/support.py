@@ -102,18 +102,20 @@ def splits_p_for_fp8_dots(arch: str) -> bool:
     key loop is bound by the VALU work of converting V (compiled offline, Qwen3-8B q16 tile in 16x16 MFMAs:
     instructions -25 %, LDS operations -55 %, registers 247 -> 166-184; benchmarks/NOTES.md).  Not gfx950
     (its fp16 MFMAs leave the split level there) nor NVIDIA (Hopper's fp8 B operand must be K-major, V is
-    not, and Triton 3.6 computes non-finite rows there)."""
+    not, and Triton 3.6's wgmma code for it computes non-finite rows)."""
     return arch.startswith("gfx94")
 
 
 def fp8_dots_problem(fp8_dots: str, arch: str) -> str | None:
     """Why an ``fp8_dots`` mode, forced or tuned, cannot run on ``arch`` (None where it can).  P as two fp8
-    parts is refused on NVIDIA: on an H100 (Triton 3.6) it left a third of the rows non-finite at every
-    stage count, while P rounded with one dot ("qk_pv") was finite (benchmarks/NOTES.md, "v17 -> v18").
-    gfx950 may still force it (``ci/rocm_validate.sh`` checks it there against the reference)."""
+    parts is refused on NVIDIA: on an H100 (Triton 3.6) Hopper's wgmma code for it leaves a third of the rows
+    non-finite at every stage count, while the same source through mma.sync (``DISABLE_MMA_V3=1``) is within
+    the default launch's error (benchmarks/NOTES.md, "v18 on 2026-12-07"): a code-generation fault, and
+    mma.sync is slower than the fp16 wgmma dots the default runs.  gfx950 may still force it
+    (``ci/rocm_validate.sh`` checks it there against the reference)."""
     if fp8_dots in P_SPLIT_FP8_DOTS and arch.startswith("sm_"):
-        return (f"fp8_dots={fp8_dots!r} is not supported on NVIDIA GPUs ({arch}): P as two fp8 parts "
-                "computes non-finite rows there")
+        return (f"fp8_dots={fp8_dots!r} is not supported on NVIDIA GPUs ({arch}): Triton's Hopper code for P as "
+                "two fp8 parts computes non-finite rows")
     return None
 
 
