@@ -97,7 +97,7 @@ def build(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0, shuffle: bo
         case.v_scale = torch.tensor([1.25], device=device)
     if shape.sinks:
         case.sinks = torch.randn(hq, device=device, generator=gen) + 1.0
-    if new_kv and ql >= NEW_KV_MIN_QUERY and shape.kv == "bf16":
+    if new_kv and ql >= NEW_KV_MIN_QUERY:
         case.new_kv = [_own_rows(case, table) for table in tables]
     return case
 
@@ -110,9 +110,13 @@ def _cache_rows(case: Case, table: torch.Tensor, keys: torch.Tensor):
 
 
 def _own_rows(case: Case, table: torch.Tensor):
-    """The cache's K and V rows of each sequence's last q_len positions, [B * q_len, Hkv, D] each."""
+    """The cache's K and V rows of each sequence's last q_len positions, [B * q_len, Hkv, D] each, in q's
+    dtype: over an fp8 cache the values it stands for (code x scale, exact in bf16 at the bench's scales,
+    and stored as the same codes again)."""
     s = case.shape
     k, v = _cache_rows(case, table, torch.arange(s.context - s.q_len, s.context, device=table.device))
+    if case.k_scale is not None:
+        k, v = (k.float() * case.k_scale).to(case.q.dtype), (v.float() * case.v_scale).to(case.q.dtype)
     return k.flatten(0, 1), v.flatten(0, 1)
 
 

@@ -25,6 +25,10 @@ zeroed before they meet a visible row.  Under a sliding window (key ``j`` visibl
 ``p - j < window``, as in the paged kernel) the keys start at the window's lower edge (masked tiles up
 to the last row's window); no key left of the first row's window is loaded.
 Sinks seed the running max and denominator.
+
+Over an fp8 cache the rows come as the values the cache stores for them before their scale
+(``cached_rows_kernel`` in kernels/kv_cache.py, in q's dtype): K's scale joins the softmax's and V's
+multiplies the output, so a prompt's answer is the one the paged kernel would read from the cache.
 """
 
 import triton
@@ -91,10 +95,12 @@ def _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, strid
 @triton.jit
 def extend_attention_kernel(
     q_ptr, q_desc, new_k, new_v, out_ptr, out_desc, seq_lens_ptr, query_start_loc_ptr, sinks_ptr,
+    k_scale_ptr, v_scale_ptr,
     scale, window, num_seqs,
-    stride_qt, stride_qh, stride_nkt, stride_nvt, stride_ot, stride_oh,
+    stride_qt, stride_qh, stride_nkt, stride_nvt, stride_ot, stride_oh, k_scale_stride, v_scale_stride,
     HEAD_DIM: tl.constexpr, GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MIN_QUERY: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SINKS: tl.constexpr,
+    USE_K_SCALE: tl.constexpr, USE_V_SCALE: tl.constexpr,
     USE_DESC: tl.constexpr, DESC_QO: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     head = tl.program_id(0)
@@ -126,6 +132,11 @@ def extend_attention_kernel(
     if UPCAST:
         q = q.to(tl.float32)
     scale = scale * LOG2E
+    if USE_K_SCALE:
+        # A zero scale (every key 0, so every score 0) is held at the smallest normal float: the masked
+        # scores meet the scale after -inf (_softmax_pv), and 0 * -inf would be NaN.
+        k_scale = tl.load(k_scale_ptr + kv_head * k_scale_stride)
+        scale = scale * tl.where(k_scale == 0.0, 1.1754943508222875e-38, k_scale)
 
     if USE_SINKS:
         # The sink is one more logit with no value: it seeds the running max and the denominator.
@@ -155,7 +166,10 @@ def extend_attention_kernel(
                                     stride_nvt, kv_col, scale, window, dims, BLOCK_N, True, False,
                                     USE_WINDOW, USE_DESC, UPCAST, DOT_PRECISION)
 
-    o = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
+    o = acc / l_i[:, None]
+    if USE_V_SCALE:
+        o = o * tl.load(v_scale_ptr + kv_head * v_scale_stride)
+    o = o.to(out_ptr.dtype.element_ty)
     o_ptrs = out_ptr + q_rows[:, None] * stride_ot + head * stride_oh + dims[None, :]
     if DESC_QO:
         # A TMA store writes the whole tile: only a tile of the sequence's own rows takes it.

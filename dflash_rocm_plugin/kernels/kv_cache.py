@@ -6,6 +6,9 @@ skipped, which is what both hosts use for CUDA-graph padding.
 FP8 (1: e4m3fn, 2: e4m3fnuz): the caches arrive as bytes and each value is stored as
 ``(x / scale)`` rounded to nearest even and saturated (kernels/fp8.py), exactly as torch converts,
 on every platform.  A scale is per tensor (stride 0) or per KV head (stride 1).
+
+``cached_rows_kernel`` computes the same values densely, without storing them in the cache: what an fp8
+cache holds for the step's own rows, for the dense prefill kernel (kernels/extend_attention.py).
 """
 
 import triton
@@ -15,12 +18,21 @@ from dflash_rocm_plugin.kernels import fp8
 
 
 @triton.jit
+def _code(x, scale, FP8: tl.constexpr, USE_SCALE: tl.constexpr):
+    # One expression for both kernels below, so that a row's dense copy holds the bits its cache slot does.
+    x = x.to(tl.float32)
+    if USE_SCALE:
+        x = x / scale
+    return fp8.encode_e4m3(x, FP8 == 2)
+
+
+@triton.jit
 def _stored(x, heads, head_ok, scale_ptr, scale_stride, FP8: tl.constexpr, USE_SCALE: tl.constexpr):
     if FP8:
-        x = x.to(tl.float32)
+        scale = 1.0
         if USE_SCALE:
-            x = x / tl.load(scale_ptr + heads * scale_stride, mask=head_ok, other=1.0)[:, None]
-        x = fp8.encode_e4m3(x, FP8 == 2)
+            scale = tl.load(scale_ptr + heads * scale_stride, mask=head_ok, other=1.0)[:, None]
+        x = _code(x, scale, FP8, USE_SCALE)
     return x
 
 
@@ -58,3 +70,34 @@ def write_kv_cache_kernel(
     tl.store(v_cache_ptr + block * stride_vcb + offset * stride_vcs
              + heads[:, None] * stride_vch + dims[None, :] * stride_vcd,
              _stored(v, heads, head_ok, v_scale_ptr, v_scale_stride, FP8, USE_V_SCALE), mask=mask)
+
+
+@triton.jit
+def cached_rows_kernel(
+    key_ptr, value_ptr, k_rows_ptr, v_rows_ptr, k_scale_ptr, v_scale_ptr, k_scale_stride, v_scale_stride,
+    num_tokens, stride_kt, stride_kh, stride_vt, stride_vh, stride_rt,
+    HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr,
+    FP8: tl.constexpr, USE_K_SCALE: tl.constexpr, USE_V_SCALE: tl.constexpr,
+):
+    """``[tokens, kv_heads * head_dim]`` rows in the rows' own dtype holding the fp8 values the cache stores for
+    ``key`` / ``value`` (``write_kv_cache_kernel``), before their scale: every e4m3 value is exact in fp16,
+    bf16 and fp32, and the scale stays with the attention (one per program there).  One program: BLOCK_T
+    tokens of one KV head."""
+    head = tl.program_id(1)
+    toks = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    ok = (toks < num_tokens)[:, None]
+    toks = toks.to(tl.int64)
+    dims = tl.arange(0, HEAD_DIM)
+    rows = toks[:, None] * stride_rt + head * HEAD_DIM + dims[None, :]
+    k_scale = 1.0
+    if USE_K_SCALE:
+        k_scale = tl.load(k_scale_ptr + head * k_scale_stride)
+    v_scale = 1.0
+    if USE_V_SCALE:
+        v_scale = tl.load(v_scale_ptr + head * v_scale_stride)
+    k = tl.load(key_ptr + toks[:, None] * stride_kt + head * stride_kh + dims[None, :], mask=ok, other=0.0)
+    k = fp8.decode_e4m3(_code(k, k_scale, FP8, USE_K_SCALE), FP8 == 2)
+    tl.store(k_rows_ptr + rows, k.to(k_rows_ptr.dtype.element_ty), mask=ok)
+    v = tl.load(value_ptr + toks[:, None] * stride_vt + head * stride_vh + dims[None, :], mask=ok, other=0.0)
+    v = fp8.decode_e4m3(_code(v, v_scale, FP8, USE_V_SCALE), FP8 == 2)
+    tl.store(v_rows_ptr + rows, v.to(v_rows_ptr.dtype.element_ty), mask=ok)

@@ -67,7 +67,9 @@ def paged_attention(
         num_kv_splits: force the split-KV count (tuning; ``None`` chooses from the shapes).
         new_keys, new_values: optional ``[>= num_tokens, num_kv_heads, head_dim]`` in q's dtype: the
             K/V rows of this call's query tokens, row ``t`` for ``q[t]``, exactly as the cache holds
-            them (the rows the host wrote this step).  Given both, the whole prompts of a causal call
+            them (the rows the host wrote this step; over an fp8 cache the rows ``write_kv_cache``
+            was given, which the call rounds as it stored them, into two buffers of that size it
+            allocates).  Given both, the whole prompts of a causal call
             (sequences with nothing cached before this step's tokens) read their keys from them
             instead of gathering them from the pages, which is faster; the result is the same
             (``support.extend_problem`` says which calls qualify, ``extend_launch.choose_extend``

@@ -187,21 +187,32 @@ def kv_write(arch: str, *, num_kv_heads: int, head_dim: int, dtype: str = "bf16"
 
 
 def extend(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: int, dtype: str = "bf16",
-           window: bool = False, sinks: bool = False) -> list[Compiled]:
+           window: bool = False, sinks: bool = False, fp8: int = 0) -> list[Compiled]:
     """Compile the dense-K/V prefill kernel as ops.paged_attention(new_keys=...) launches it with
-    pointer loads (``cfg``: ExtendLaunch fields; TMA tiles compile on the GPU that has them)."""
-    from dflash_rocm_plugin.kernels import extend_attention
+    pointer loads (``cfg``: ExtendLaunch fields; TMA tiles compile on the GPU that has them).  ``fp8`` (1
+    e4m3fn, 2 e4m3fnuz, per-head scales): over an fp8 cache, the rows' rounding first, then the attention
+    over its buffers."""
+    from dflash_rocm_plugin.kernels import extend_attention, kv_cache
     hq, hkv, d = num_q_heads, num_kv_heads, head_dim
     row = (hq + 2 * hkv) * d  # q, k and v side by side per token, as the hosts' fused projection leaves them
+    kv_row = hkv * d if fp8 else row
     values = dict(q_ptr=f"*{dtype}", q_desc=f"*{dtype}", new_k=f"*{dtype}", new_v=f"*{dtype}",
                   out_ptr=f"*{dtype}", out_desc=f"*{dtype}", seq_lens_ptr="*i32", query_start_loc_ptr="*i32",
-                  sinks_ptr="*fp32", scale=d ** -0.5, window=128, num_seqs=3, stride_qt=row, stride_qh=d,
-                  stride_nkt=row, stride_nvt=row, stride_ot=hq * d, stride_oh=d)
+                  sinks_ptr="*fp32", k_scale_ptr="*fp32", v_scale_ptr="*fp32", scale=d ** -0.5, window=128,
+                  num_seqs=3, stride_qt=row, stride_qh=d, stride_nkt=kv_row, stride_nvt=kv_row, stride_ot=hq * d,
+                  stride_oh=d, k_scale_stride=int(bool(fp8)), v_scale_stride=int(bool(fp8)))
     consts = dict(HEAD_DIM=d, GQA=hq // hkv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                  MIN_QUERY=cfg.block_m, USE_WINDOW=window, USE_SINKS=sinks, USE_DESC=False, DESC_QO=False,
-                  UPCAST=False, DOT_PRECISION=None)
-    return [_compile(arch, _signature(extend_attention.extend_attention_kernel, values, consts),
-                     cfg.num_warps, cfg.num_stages)]
+                  MIN_QUERY=cfg.block_m, USE_WINDOW=window, USE_SINKS=sinks, USE_K_SCALE=bool(fp8),
+                  USE_V_SCALE=bool(fp8), USE_DESC=False, DESC_QO=False, UPCAST=False, DOT_PRECISION=None)
+    compiled = [_compile(arch, _signature(extend_attention.extend_attention_kernel, values, consts),
+                         cfg.num_warps, cfg.num_stages)]
+    if fp8:
+        values = dict(key_ptr=f"*{dtype}", value_ptr=f"*{dtype}", k_rows_ptr=f"*{dtype}", v_rows_ptr=f"*{dtype}",
+                      k_scale_ptr="*fp32", v_scale_ptr="*fp32", k_scale_stride=1, v_scale_stride=1,
+                      num_tokens=8192, stride_kt=row, stride_kh=d, stride_vt=row, stride_vh=d, stride_rt=kv_row)
+        consts = dict(HEAD_DIM=d, BLOCK_T=32, FP8=fp8, USE_K_SCALE=True, USE_V_SCALE=True)
+        compiled.insert(0, _compile(arch, _signature(kv_cache.cached_rows_kernel, values, consts), 4, 1))
+    return compiled
 
 
 def _main() -> int:

@@ -178,3 +178,22 @@ def test_prefill_cases_carry_their_own_rows_as_a_host_passes_them():
     assert inputs.build(shape, torch.device("cpu"), dtype=torch.float32, new_kv=False).new_kv is None
     q16 = dataclasses.replace(shape, q_len=16, workload="q16")
     assert inputs.build(q16, torch.device("cpu"), dtype=torch.float32).new_kv is None
+
+
+def test_fp8_prefill_cases_carry_rows_the_write_stores_as_the_cache_holds_them():
+    """Over an fp8 cache a prompt's own rows are the values its codes stand for: written again they are the
+    same codes, and the call (whose prompts read them, rounded as written) matches the reference."""
+    shape = Shape("qwen3-8b", "verify", 1, 128, 16, q_len=128, kv="fp8", workload="prefill")
+    case = inputs.build(shape, torch.device("cpu"), dtype=torch.float32)
+    keys, values = case.new_kv[0]
+    assert keys.dtype == torch.float32 and case.k_cache.dtype == torch.float8_e4m3fn
+    k_cache, v_cache = torch.zeros_like(case.k_cache), torch.zeros_like(case.v_cache)
+    table = case.block_tables[0]
+    slots = (table.long()[0, :, None] * 16 + torch.arange(16)).flatten()
+    ops.write_kv_cache(keys, values, k_cache, v_cache, slots, k_scale=case.k_scale, v_scale=case.v_scale)
+    pages = table.long()[0]
+    assert torch.equal(k_cache[pages].view(torch.uint8), case.k_cache[pages].view(torch.uint8))
+    assert torch.equal(v_cache[pages].view(torch.uint8), case.v_cache[pages].view(torch.uint8))
+    out = torch.full_like(case.q, float("nan"))
+    case.plugin_calls([out] * case.copies)[0]()
+    assert inputs.rel_error(out, inputs.reference(case, 0)) < 1e-4

@@ -414,37 +414,58 @@ def test_on_rocm_a_storage_on_the_other_side_of_2_gb_launches_normally(fake_gpu,
     assert run() == "direct" and len(relaunch.variants) == 2
 
 
-def _dense(window=0, sinks=False):
+def _dense(window=0, sinks=False, fp8=False):
     """A whole prompt's call, its prepared dense launch, and its own K/V rows."""
     from dflash_rocm_plugin.ops import extend_launch
     from dflash_rocm_plugin.ops.backends import triton_extend
-    c = build([70, 40], [70, 40], num_q_heads=4, num_kv_heads=2, head_dim=32)
+    c = build([70, 40], [70, 40], num_q_heads=4, num_kv_heads=2, head_dim=32,
+              cache_dtype=torch.float8_e4m3fn if fp8 else None)
     call = AttentionCall(c.q, c.k_cache, c.v_cache, c.block_table, c.seq_lens, c.query_start_loc,
                          torch.empty_like(c.q), causal=True, scale=0.17, window=window, softcap=0.0,
                          max_query_len=70, num_kv_splits=None, workspace=None,
-                         sinks=torch.zeros(4) if sinks else None, k_scale=None, v_scale=None, extend_min_q=32)
+                         sinks=torch.zeros(4) if sinks else None, k_scale=torch.tensor([0.5]) if fp8 else None,
+                         v_scale=torch.tensor([0.25, 2.0]) if fp8 else None, extend_min_q=32)
     fused = torch.zeros(c.q.shape[0] + 2, 8 * 32)  # q, k and v of a token side by side
     keys, values = fused[:, 4 * 32:6 * 32].view(-1, 2, 32), fused[:, 6 * 32:].view(-1, 2, 32)
     cfg = extend_launch.ExtendLaunch(32, 16, 4, 1, True, True)
     return call, triton_extend.Launch(call, cfg, keys, values), keys, values
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(window=24, sinks=True)], ids=["plain", "window-sinks"])
+@pytest.mark.parametrize("kw", [dict(), dict(window=24, sinks=True), dict(fp8=True, sinks=True)],
+                         ids=["plain", "window-sinks", "fp8"])
 def test_dense_launch_fixed_arguments_are_what_tritons_binder_passes(kw):
+    """Every kernel of the dense launch (over an fp8 cache the rows' rounding first) gets, from the call's
+    pointers, the ones its parameters name, and the fixed arguments Triton's binder would pass."""
     from triton.backends.compiler import BaseBackend
     from triton.runtime.jit import create_function_from_signature
     call, launch, keys, values = _dense(**kw)
-    jit = _jit(_runtime.extend_kernel())
-    ptrs = (call.q, call.q, keys, values, call.out, call.out, call.seq_lens, call.query_start_loc,
-            call.q if call.sinks is None else call.sinks)
-    constexprs = dict(launch.constexprs, USE_DESC=False, DESC_QO=False)
-    binder = create_function_from_signature(jit.signature, jit.params, BaseBackend)
-    bound, _, _ = binder(*ptrs, *launch.ints, **constexprs)
-    fixed = triton_direct._fixed_arguments(jit, True, len(ptrs), launch.ints, constexprs)
-    got, want = (*ptrs, *fixed), tuple(bound.values())
-    assert len(got) == len(want)
-    assert all(a is b or (not isinstance(a, torch.Tensor) and a == b and type(a) is type(b))
-               for a, b in zip(got, want))
+    rows = (keys, values, torch.empty(launch.rows), torch.empty(launch.rows)) if kw.get("fp8") else ()
+    read_k, read_v = rows[2:] or (keys, values)
+    unused = call.q
+    ptrs = (call.q, call.q, read_k, read_v, call.out, call.out, call.seq_lens, call.query_start_loc,
+            call.sinks if call.sinks is not None else unused, call.k_scale if call.k_scale is not None else unused,
+            call.v_scale if call.v_scale is not None else unused, *rows)
+    launches, _ = launch._launches(False, False)
+    assert len(launches) == (2 if kw.get("fp8") else 1)
+    for kernel, _, take, ints, constexprs in launches:
+        jit = _jit(kernel)
+        taken = triton_direct._take(take, ptrs)
+        binder = create_function_from_signature(jit.signature, jit.params, BaseBackend)
+        bound, _, _ = binder(*taken, *ints, **constexprs)
+        fixed = triton_direct._fixed_arguments(jit, True, len(taken), ints, constexprs)
+        got, want = (*taken, *fixed), tuple(bound.values())
+        assert len(got) == len(want)
+        assert all(a is b or (not isinstance(a, torch.Tensor) and a == b and type(a) is type(b))
+                   for a, b in zip(got, want))
+        named = dict(zip(bound.keys(), taken))
+        if "k_rows_ptr" in named:   # the rows' rounding: the host's rows in, the buffers out
+            assert named["key_ptr"] is keys and named["value_ptr"] is values
+            assert named["k_rows_ptr"] is rows[2] and named["v_rows_ptr"] is rows[3]
+        else:
+            assert named["new_k"] is read_k and named["new_v"] is read_v and named["out_ptr"] is call.out
+        if kw.get("fp8"):
+            assert named["k_scale_ptr"] is call.k_scale and named["v_scale_ptr"] is call.v_scale
+            assert constexprs["USE_K_SCALE"] and constexprs["USE_V_SCALE"]
 
 
 def test_dense_launches_with_tma_descriptors_pass_them_to_the_launcher_as_built(fake_gpu, monkeypatch):
@@ -484,3 +505,40 @@ def test_dense_launches_with_tma_descriptors_pass_them_to_the_launcher_as_built(
     assert odd[0] == "jit" and odd[3]["USE_DESC"] is False and odd[3]["DESC_QO"] is False and odd[2][2] is odd_k
     assert run(odd_k, odd_v)[0] == "direct"
     assert run()[0] == "direct"
+
+
+def test_fp8_dense_launch_relaunches_both_kernels_around_new_buffers(fake_gpu, monkeypatch):
+    """Over an fp8 cache the rows' rounding runs first on the host's rows, then the attention reads the
+    buffers it wrote through descriptors built around them; on a repeat call both go direct, each with its
+    own pointers' addresses."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    from dflash_rocm_plugin.ops.backends import triton_extend
+    call, launch, keys, values = _dense(fp8=True)
+    log = []
+    attention = FakeJit(_runtime.extend_kernel(), log, "dense")
+    rounding = FakeJit(_runtime.kernels()[1].cached_rows_kernel, log, "rows")
+    monkeypatch.setattr(_runtime, "extend_kernel", lambda: attention)
+    monkeypatch.setattr(_runtime, "kernels", lambda: (None, types.SimpleNamespace(cached_rows_kernel=rounding)))
+
+    def run():
+        del log[:]
+        triton_extend.launch(launch, call.q, call.out, call.seq_lens, call.query_start_loc, keys, values, None,
+                             call.k_scale, call.v_scale)
+        return list(log)
+
+    first = run()
+    assert [(e[0], e[-1]) for e in first] == [("jit", "rows"), ("jit", "dense")]
+    rows_args, dense_args = first[0][2], first[1][2]
+    assert rows_args[0] is keys and rows_args[1] is values and rows_args[4] is call.k_scale
+    buffers = rows_args[2], rows_args[3]
+    assert all(b.shape == (call.num_tokens, 64) and b.dtype == call.q.dtype for b in buffers)
+    k_desc = dense_args[2]
+    assert type(k_desc) is TensorDescriptor and k_desc.base is buffers[0] and dense_args[3].base is buffers[1]
+    assert dense_args[9] is call.k_scale and dense_args[10] is call.v_scale
+    again = run()
+    assert [(e[0], e[-1]) for e in again] == [("direct", "rows"), ("direct", "dense")]
+    rows_direct = again[0][1][9:]
+    assert rows_direct[0] == keys.data_ptr() and rows_direct[4] == call.k_scale.data_ptr()
+    dense_direct = again[1][1][9:]
+    assert type(dense_direct[2]) is TensorDescriptor and dense_direct[2].base.data_ptr() == rows_direct[2]
+    assert dense_direct[9] == call.k_scale.data_ptr() and dense_direct[10] == call.v_scale.data_ptr()

@@ -49,7 +49,7 @@ def run(case, keys=None, values=None, **kw):
 
 def check(case, *, causal=True, **kw):
     out = run(case, causal=causal, **kw)
-    ref_kw = {k: v for k, v in kw.items() if k in ("scale", "sliding_window", "softcap", "sinks")}
+    ref_kw = {k: v for k, v in kw.items() if k in ("scale", "sliding_window", "softcap", "sinks", "k_scale", "v_scale")}
     want = reference.paged_attention(*case.args(), causal=causal, **ref_kw)
     valid = int(case.query_start_loc[-1])
     err = (out[:valid].double() - want[:valid]).abs().max().item()
@@ -198,11 +198,70 @@ def test_short_blocks_stay_paged(extend_launches):
     assert not extend_launches
 
 
-def test_fp8_cache_stays_paged(extend_launches):
-    case = build([60], [60], cache_dtype=torch.float8_e4m3fn)
-    keys = torch.zeros(60, 2, 32)
-    out = ops.paged_attention(*case.args(), causal=True, max_query_len=60, new_keys=keys, new_values=keys)
-    assert not extend_launches and torch.isfinite(out).all()
+# --- fp8 caches: the prompts read the host's rows rounded as the cache stores them -------------------
+
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 240.0}
+E4M3FN, E4M3FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
+SCALES = {None: (None, None), "tensor": ([0.02], [0.004]), "head": ([0.02, 0.011], [0.004, 0.0023]),
+          "saturating": ([0.001], [0.0005])}   # most values past the format's largest: stored saturated
+
+
+def fp8_case(fmt, scales, *, dtype=torch.float32, heads=(4, 2)):
+    """A case whose caches hold ``(x / scale).clamp(+-max).to(fmt)`` of values ``x`` in q's ``dtype`` (what
+    ``write_kv_cache`` stores, byte for byte: tests/core/test_fp8.py), and the host's own rows of its query
+    tokens: ``x`` itself, unrounded.  A whole prompt, a chunk over a prefix and a prompt of one tile."""
+    case = build([2 * LONG + 3, 40 + LONG, LONG], [2 * LONG + 3, LONG, LONG], num_q_heads=heads[0],
+                 num_kv_heads=heads[1])
+    # Away from the scales' 1.0, and the values a host of that dtype would write.
+    case.k_cache, case.v_cache = (case.k_cache * 3.0).to(dtype).float(), (case.v_cache * 0.5).to(dtype).float()
+    keys, values = new_kv(case)
+    k_scale, v_scale = (None if s is None else torch.tensor(s) for s in SCALES[scales])
+
+    def stored(cache, scale):
+        x = cache if scale is None else cache / scale.view(1, 1, -1, 1)
+        return x.clamp(-FP8_MAX[fmt], FP8_MAX[fmt]).to(fmt)
+    case.k_cache, case.v_cache = stored(case.k_cache, k_scale), stored(case.v_cache, v_scale)
+    case.q = case.q.to(dtype)
+    return case, keys.to(dtype), values.to(dtype), dict(k_scale=k_scale, v_scale=v_scale)
+
+
+@pytest.mark.parametrize("scales", [None, "tensor", "head", "saturating"])
+@pytest.mark.parametrize("fmt", [E4M3FN, E4M3FNUZ], ids=["e4m3fn", "e4m3fnuz"])
+def test_fp8_prompts_read_their_rows_as_the_cache_stores_them(fmt, scales, extend_launches):
+    # Against the float64 reference of the dequantized cache: a row rounded otherwise than the cache
+    # holds it would be off by up to 1/16 of its value, far past the fp32 tolerance.
+    case, keys, values, kw = fp8_case(fmt, scales)
+    check(case, keys=keys, values=values, **kw)
+    assert extend_launches, "the dense path did not run"
+
+
+@pytest.mark.parametrize("fmt", [E4M3FN, E4M3FNUZ], ids=["e4m3fn", "e4m3fnuz"])
+def test_fp8_prompts_with_windows_sinks_and_16_bit_queries(fmt, extend_launches):
+    case, keys, values, kw = fp8_case(fmt, "head", dtype=torch.bfloat16, heads=(8, 2))
+    check(case, keys=keys, values=values, sliding_window=LONG + 3, sinks=torch.linspace(-1.0, 2.0, 8), **kw)
+    assert extend_launches
+
+
+def test_fp8_zero_k_scale_gives_uniform_attention_not_nan(extend_launches):
+    # Every key reads as 0 (the scale is 0; the cache saturated), so every visible key weighs the same:
+    # the masked scores must not turn into 0 * -inf.
+    case, keys, values, kw = fp8_case(E4M3FN, "tensor")
+    kw["k_scale"] = torch.tensor([0.0])
+    case.k_cache = (case.k_cache.float().sign() * 448.0).to(E4M3FN)   # x / 0, saturated
+    out = check(case, keys=keys, values=values, **kw)
+    assert torch.isfinite(out[:int(case.query_start_loc[-1])]).all() and extend_launches
+
+
+def test_fp8_rows_are_what_the_dense_path_reads(extend_launches):
+    # Guards the fp8 tests: values that round to other codes change the whole prompts' rows only.
+    case, keys, values, kw = fp8_case(E4M3FN, None)
+    honest = run(case, keys, values, **kw)
+    skewed = run(case, keys, values * 2.0, **kw)   # twice the codes but for the subnormals' rounding
+    chunk = slice(2 * LONG + 3, 3 * LONG + 3)   # the chunk over a prefix reads the pages
+    for rows in (slice(0, chunk.start), slice(chunk.stop, None)):
+        assert (skewed[rows] - 2.0 * honest[rows]).abs().max() < 1e-2
+    assert torch.equal(skewed[chunk], honest[chunk])
+    assert len(extend_launches) == 2
 
 
 # --- bad input -----------------------------------------------------------------------------------

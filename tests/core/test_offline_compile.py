@@ -425,3 +425,23 @@ def test_dense_kv_prefill_launch_compiles_for_every_gpu(monkeypatch):
         [kernel] = result
         assert kernel["shared"] <= offline_compile.SHARED_LIMIT[job["arch"]], (job, kernel)
         assert kernel["vgpr_spills"] == 0, (job, kernel)
+
+
+def test_dense_kv_prefill_over_fp8_caches_compiles_for_every_gpu(monkeypatch):
+    # Over each GPU's own fp8 format (e4m3fnuz on gfx942, e4m3fn elsewhere), per-head scales: the rows'
+    # rounding and the attention over its buffers, Qwen3 and Qwen3.5 full-attention heads.
+    jobs = []
+    for arch, (sms, smem) in DEVICES.items():
+        for hq, hkv, d in ((32, 8, 128), (16, 2, 256)):
+            with monkeypatch.context() as m:
+                pin_gpu(m, arch, smem, sms)
+                cfg = extend_launch.choose_extend(head_dim=d, max_query_len=8192, device_index=0)
+            jobs.append(dict(kernel="extend", arch=arch, launch=dataclasses.asdict(cfg),
+                             shape=dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
+                                        fp8=2 if arch.startswith("gfx94") else 1)))
+    for job, result in zip(jobs, offline_compile.run(jobs)):
+        assert "error" not in result, (job, result)
+        assert len(result) == 2, (job, result)
+        for kernel in result:
+            assert kernel["shared"] <= offline_compile.SHARED_LIMIT[job["arch"]], (job, kernel)
+            assert kernel["vgpr_spills"] == 0, (job, kernel)

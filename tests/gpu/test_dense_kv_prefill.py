@@ -1,5 +1,6 @@
-"""bf16 prefill and chunked prefill with their own K/V (``paged_attention(new_keys=, new_values=)``) against
-the float64 reference, on the GPU's own launch (TMA tiles on Hopper), and graph replay equal to eager.
+"""bf16 prefill and chunked prefill with their own K/V (``paged_attention(new_keys=, new_values=)``), over
+bf16 and fp8 caches, against the float64 reference, on the GPU's own launch (TMA tiles on Hopper), and
+graph replay equal to eager.
 
 Batches mix decodes, q16 blocks, prefill chunks over a prefix and whole prompts, so both kernels of a call
 run; unowned cache slots, the new K/V's padding rows and the outputs are NaN before each call.
@@ -149,3 +150,74 @@ def test_short_prompts_in_a_step_of_many_rows_run_dense(tma):
         ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=1024,
                             new_keys=nk, new_values=nv)
     _assert_matches_float64(q, k, v, table, sl, qsl, out)
+
+
+def _stored(cache, scale, fmt):
+    """What a host's fp8 write stores: ``(x / scale)`` saturated, in the GPU's own format."""
+    big = torch.finfo(fmt).max
+    return (cache.float() / scale.view(1, 1, -1, 1)).clamp(-big, big).to(fmt)
+
+
+def _fp8(k, v, hkv):
+    fmt = ops.native_fp8_dtype(ops.gpu_arch(0))
+    ks = torch.linspace(0.01, 0.03, hkv, device="cuda")
+    vs = torch.linspace(0.004, 0.01, hkv, device="cuda")
+    return _stored(k, ks, fmt), _stored(v, vs, fmt), ks, vs
+
+
+@pytest.mark.parametrize("heads", [(32, 8, 128), (16, 2, 256)], ids=["qwen3-8b", "qwen3.5-full-attention"])
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("tma", [True, False], ids=["tma", "pointers"])
+def test_dense_kv_prefill_over_fp8_caches_matches_float64(name, tma, heads):
+    # The host's rows, rounded in the call as the write stored them, against the dequantized cache.
+    seq_lens, q_lens = CASES[name]
+    hq, hkv, d = heads
+    q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens, hq=hq, hkv=hkv, d=d, seed=2)
+    k8, v8, ks, vs = _fp8(k, v, hkv)
+    out = torch.full_like(q, float("nan"))
+    with extend_launch.forced_extend(use_desc=tma):
+        ops.paged_attention(q, k8, v8, table, sl, qsl, causal=True, out=out, max_query_len=max(q_lens),
+                            new_keys=nk, new_values=nv, k_scale=ks, v_scale=vs)
+    _assert_matches_float64(q, k8, v8, table, sl, qsl, out, k_scale=ks, v_scale=vs)
+    paged = ops.paged_attention(q, k8, v8, table, sl, qsl, causal=True, max_query_len=max(q_lens),
+                                k_scale=ks, v_scale=vs)
+    assert float((out.double() - paged.double()).norm() / paged.double().norm()) < 1e-2
+
+
+def test_dense_kv_prefill_over_an_fp8_cache_graph_matches_eager():
+    seq_lens, q_lens = CASES["mixed"]
+    q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens, seed=3)
+    k8, v8, ks, vs = _fp8(k, v, 8)
+    out = torch.full_like(q, float("nan"))
+
+    def call(into):
+        ops.paged_attention(q, k8, v8, table, sl, qsl, causal=True, out=into, max_query_len=max(q_lens),
+                            new_keys=nk, new_values=nv, k_scale=ks, v_scale=vs)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call(out)
+    torch.cuda.current_stream().wait_stream(s)
+    eager = out.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call(out)
+    # Fresh inputs and scales in the captured buffers; the cache stays what the rows write.
+    q.copy_(torch.randn_like(q))
+    nk.mul_(0.5)
+    nv.mul_(-2.0)
+    k.mul_(0.5)
+    v.mul_(-2.0)
+    ks.mul_(1.5)
+    k8.copy_(_stored(k, ks, k8.dtype))
+    v8.copy_(_stored(v, vs, v8.dtype))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    want = torch.full_like(q, float("nan"))
+    call(want)
+    torch.cuda.synchronize()
+    assert torch.equal(out, want)
+    assert not torch.equal(out, eager)
+    _assert_matches_float64(q, k8, v8, table, sl, qsl, out, k_scale=ks, v_scale=vs)

@@ -60,9 +60,16 @@ def expected(runner, case, *, causal, k_scale=None, v_scale=None, sinks=None, qu
 @pytest.mark.parametrize("mode,prefix,new,encoder_only", [
     (EXTEND, [5, 16, 0], [7, 3, 17], False), (DECODE, [8, 31, 16], [1, 1, 1], False),
     (VERIFY, [1, 17, 30], [16, 16, 16], False), (VERIFY, [1, 17, 30], [16, 16, 16], True),
-], ids=["extend", "decode", "verify", "dflash_draft"])
+    # Whole prompts read the step's own K/V, rounded as the write stored them (the dense kernel).
+    (EXTEND, [0, 16, 0], [40, 3, 33], False),
+], ids=["extend", "decode", "verify", "dflash_draft", "prefill"])
 @pytest.mark.parametrize("scaled", [False, True])
-def test_fp8_pool_matches_reference(fmt, page_size, mode, prefix, new, encoder_only, scaled):
+def test_fp8_pool_matches_reference(fmt, page_size, mode, prefix, new, encoder_only, scaled, monkeypatch):
+    from dflash_rocm_plugin.ops import extend_launch
+    from dflash_rocm_plugin.ops.backends import triton_extend
+    launched = []
+    real = triton_extend.launch
+    monkeypatch.setattr(triton_extend, "launch", lambda *a, **k: launched.append(a) or real(*a, **k))
     shape = h.Shape(page_size=page_size)
     runner = fp8_runner(shape, FORMATS[fmt])
     case = h.build_case(runner, shape, mode, prefix, new, seed=page_size + len(new))
@@ -82,6 +89,8 @@ def test_fp8_pool_matches_reference(fmt, page_size, mode, prefix, new, encoder_o
         assert torch.equal(got[loc].view(torch.uint8), ref[loc].view(torch.uint8)), "fp8 bytes differ"
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), want, atol=1e-4, rtol=1e-4)
+    dense_from = extend_launch.choose_extend(head_dim=shape.head_dim, max_query_len=1 << 20, device_index=None).block_m
+    assert bool(launched) == (mode == EXTEND and max(new) >= dense_from), "whole prompts (only they) run dense"
 
 
 @pytest.mark.parametrize("dtype,accepted", [

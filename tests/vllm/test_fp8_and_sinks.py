@@ -80,22 +80,34 @@ def _run(builder, impl, layer, batch, kv_cache, write):
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 @pytest.mark.parametrize("name", ["fp8", "fp8_e4m3"])
 @pytest.mark.parametrize("scales", ["tensor", "head"])
-@pytest.mark.parametrize("causal,q_lens", [(False, [16, 16, 16]), (True, [16, 1, 7])], ids=["draft", "verify"])
-def test_fp8_cache_matches_triton_attn_and_reference(engine_config, platform_fp8, fmt, name, scales, causal, q_lens):
+@pytest.mark.parametrize("causal,seq_lens,q_lens", [
+    (False, [37, 16, 50], [16, 16, 16]), (True, [37, 16, 50], [16, 1, 7]),
+    # Whole prompts read the step's own K/V, rounded as the write stored them (the dense kernel), beside a
+    # decode and a chunk over a prefix (paged).
+    (True, [70, 33, 90, 45], [70, 1, 50, 45])], ids=["draft", "verify", "prefill"])
+def test_fp8_cache_matches_triton_attn_and_reference(engine_config, platform_fp8, fmt, name, scales, causal, seq_lens,
+                                                     q_lens, monkeypatch):
     from vllm.v1.kv_cache_interface import KVCacheLayout
+    from dflash_rocm_plugin.ops import extend_launch
+    from dflash_rocm_plugin.ops.backends import triton_extend
 
+    launched = []
+    real = triton_extend.launch
+    monkeypatch.setattr(triton_extend, "launch", lambda *a, **k: launched.append(a) or real(*a, **k))
     platform_fp8(FORMATS[fmt])
     ours_builder, ours, theirs_builder, theirs = _pair(engine_config, name)
     assert ours.fp8_dtype == FORMATS[fmt]
     k_scale = torch.tensor(0.02) if scales == "tensor" else torch.tensor([0.02, 0.035])
     v_scale = torch.tensor(0.05) if scales == "tensor" else torch.tensor([0.03, 0.05])
     layer = _layer(k_scale, v_scale)
-    batch = _quantized_batch(kv_batches.build([37, 16, 50], q_lens, causal=causal, layout=KVCacheLayout.LBHNC,
+    batch = _quantized_batch(kv_batches.build(seq_lens, q_lens, causal=causal, layout=KVCacheLayout.LBHNC,
                                               padding_rows=2, seed=3), FORMATS[fmt])
     # New K/V of roughly scale x fp8 range, some beyond it (saturated on write).
     batch.key, batch.value = batch.key * 4.0, batch.value * 10.0
     plugin_cache = batch.kv_cache.clone()
     out = _run(ours_builder, ours, layer, batch, plugin_cache, write=True)
+    dense_from = extend_launch.choose_extend(head_dim=D, max_query_len=1 << 20, device_index=None).block_m
+    assert bool(launched) == (causal and max(q_lens) >= dense_from), "whole prompts (only they) run dense"
 
     ref_cache = batch.kv_cache.clone()
     k_ref, v_ref = (c.view(FORMATS[fmt]) for c in kv_batches.split_kv(ref_cache, D))

@@ -9,6 +9,11 @@ Like the paged launch it is relaunched without ``JITFunction.run`` on repeat cal
 (``triton_direct.Relauncher``): hosts run prefill attention eagerly once per layer.  On Hopper its K/V
 tiles come through TMA descriptors, built per call around the rows' addresses and handed to Triton's
 launcher, which encodes them.
+
+Over an fp8 cache a first kernel writes the values the cache holds for the call's rows, before their
+scale, into two dense buffers of q's dtype (kernels/kv_cache.py, ``cached_rows_kernel``; 4 bytes per row
+element read and written, ~2 % of a 1 x 8K prompt's attention), and the prompts read those: the answer the
+paged kernel would give from the cache, at the dense kernel's rate.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import operator
 
 import torch
 
-from dflash_rocm_plugin.ops import _runtime
+from dflash_rocm_plugin.ops import _runtime, kv_cache
 from dflash_rocm_plugin.ops.backends.triton_direct import Relauncher
 from dflash_rocm_plugin.ops.call import AttentionCall
 from dflash_rocm_plugin.ops.extend_launch import ExtendLaunch
@@ -35,7 +40,8 @@ class Launch:
     """Everything of a call's dense launch that its key decides; the TMA choice waits for the rows'
     addresses (a misaligned base takes pointer loads)."""
 
-    __slots__ = ("cfg", "grid", "ints", "constexprs", "rows", "tma_strides", "qo_strides", "_variants", "_jit")
+    __slots__ = ("cfg", "grid", "ints", "constexprs", "rows", "tma_strides", "qo_strides", "fp8_rows", "_variants",
+                 "_jit")
 
     def __init__(self, call: AttentionCall, cfg: ExtendLaunch, new_keys: torch.Tensor, new_values: torch.Tensor):
         self.cfg = cfg
@@ -44,18 +50,35 @@ class Launch:
         hkv = new_keys.shape[1]
         # The interpreter's bf16 dots are wrong; it runs them in fp32.
         upcast = q.dtype == torch.bfloat16 and _runtime.interpreting()
-        self.grid = (hq, tokens // cfg.block_m + call.num_seqs, 1)
-        self.ints = (call.scale, call.window, call.num_seqs, q.stride(0), q.stride(1), new_keys.stride(0),
-                     new_values.stride(0), out.stride(0), out.stride(1))
-        self.constexprs = dict(
-            HEAD_DIM=d, GQA=hq // hkv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, MIN_QUERY=cfg.block_m,
-            USE_WINDOW=call.window > 0, USE_SINKS=call.sinks is not None, UPCAST=upcast,
-            DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        fp8 = kv_cache.FP8_CODES.get(call.k_cache.dtype, 0)
+        k_scale = call.k_scale if fp8 else None
+        v_scale = call.v_scale if fp8 else None
+        scale_strides = (int(k_scale is not None and k_scale.numel() > 1),
+                         int(v_scale is not None and v_scale.numel() > 1))
         # [tokens, kv_heads * head_dim]: each token's heads side by side (support.extend_layout_problem).
         self.rows = (tokens, hkv * d)
-        size = new_keys.element_size()
-        self.tma_strides = cfg.use_desc and _aligned(new_keys.stride(0) * size, new_values.stride(0) * size)
+        # Over an fp8 cache: the launch of the kernel that writes the rows the prompts read (see above).
+        self.fp8_rows = None
+        row_strides = (new_keys.stride(0), new_values.stride(0))
+        if fp8:
+            block_t = 32
+            self.fp8_rows = ((-(-tokens // block_t), hkv, 1),
+                             (*scale_strides, tokens, new_keys.stride(0), new_keys.stride(1), new_values.stride(0),
+                              new_values.stride(1), hkv * d),
+                             dict(HEAD_DIM=d, BLOCK_T=block_t, FP8=fp8, USE_K_SCALE=k_scale is not None,
+                                  USE_V_SCALE=v_scale is not None, num_warps=4))
+            row_strides = (hkv * d, hkv * d)
+        self.grid = (hq, tokens // cfg.block_m + call.num_seqs, 1)
+        self.ints = (call.scale, call.window, call.num_seqs, q.stride(0), q.stride(1), *row_strides,
+                     out.stride(0), out.stride(1), *scale_strides)
+        self.constexprs = dict(
+            HEAD_DIM=d, GQA=hq // hkv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, MIN_QUERY=cfg.block_m,
+            USE_WINDOW=call.window > 0, USE_SINKS=call.sinks is not None,
+            USE_K_SCALE=k_scale is not None, USE_V_SCALE=v_scale is not None, UPCAST=upcast,
+            DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        size = q.element_size() if fp8 else new_keys.element_size()
+        self.tma_strides = cfg.use_desc and _aligned(row_strides[0] * size, row_strides[1] * size)
         # q and out as [tokens, heads * head_dim] tiles: heads side by side, 16-byte row strides.
         self.qo_strides = (self.tma_strides and cfg.qo_desc and q.stride(1) == d and out.stride(1) == d
                            and _aligned(q.stride(0) * size, out.stride(0) * size))
@@ -69,15 +92,34 @@ class Launch:
             self._jit = jit
         found = self._variants.get((kv_desc, qo_desc))
         if found is None:
-            launch = (jit, self.grid, None, self.ints, dict(self.constexprs, USE_DESC=kv_desc, DESC_QO=qo_desc))
-            found = self._variants[kv_desc, qo_desc] = ((launch,), Relauncher(descriptors=kv_desc))
+            take = None if self.fp8_rows is None else _ATTENTION_POINTERS
+            launches = ((jit, self.grid, take, self.ints,
+                         dict(self.constexprs, USE_DESC=kv_desc, DESC_QO=qo_desc)),)
+            if self.fp8_rows is not None:
+                grid, ints, constexprs = self.fp8_rows
+                launches = ((_runtime.kernels()[1].cached_rows_kernel, grid, _FP8_ROWS_POINTERS, ints, constexprs),
+                            *launches)
+            found = self._variants[kv_desc, qo_desc] = (launches, Relauncher(descriptors=kv_desc))
         return found
+
+
+# What each kernel takes of ``launch``'s pointers: (q, q tiles, K rows, V rows, out, out tiles, seq_lens,
+# query_start_loc, sinks, k_scale, v_scale, then over an fp8 cache the host's K and V and the two buffers).
+_ATTENTION_POINTERS = operator.itemgetter(*range(11))
+_FP8_ROWS_POINTERS = operator.itemgetter(11, 12, 13, 14, 9, 10)
 
 
 def launch(prepared: Launch, q: torch.Tensor, out: torch.Tensor, seq_lens: torch.Tensor,
            query_start_loc: torch.Tensor, new_keys: torch.Tensor, new_values: torch.Tensor,
-           sinks: torch.Tensor | None) -> None:
+           sinks: torch.Tensor | None, k_scale: torch.Tensor | None = None,
+           v_scale: torch.Tensor | None = None) -> None:
     """Run a prepared dense launch on this call's tensors (of the shapes it was prepared for)."""
+    rows = ()
+    if prepared.fp8_rows is not None:
+        rows = (torch.empty(prepared.rows, dtype=q.dtype, device=q.device),
+                torch.empty(prepared.rows, dtype=q.dtype, device=q.device))
+        rows = (new_keys, new_values, *rows)
+        new_keys, new_values = rows[2], rows[3]
     keys, values, q_tiles, out_tiles = new_keys, new_values, q, out
     kv_desc = prepared.tma_strides and _aligned(_data_ptr(keys), _data_ptr(values))
     qo_desc = kv_desc and prepared.qo_strides and _aligned(_data_ptr(q), _data_ptr(out))
@@ -94,5 +136,6 @@ def launch(prepared: Launch, q: torch.Tensor, out: torch.Tensor, seq_lens: torch
             out_tiles = TensorDescriptor(out, [tokens, heads], [out.stride(0), 1], block)
     launches, relaunch = prepared._launches(kv_desc, qo_desc)
     relaunch(launches, (q, q_tiles, keys, values, out, out_tiles, seq_lens, query_start_loc,
-                        q if sinks is None else sinks))
+                        q if sinks is None else sinks, q if k_scale is None else k_scale,
+                        q if v_scale is None else v_scale, *rows))
 
