@@ -205,6 +205,14 @@ step "kernel benchmark, Gemma-4 sliding layers (head_dim 256, window 1024)" "$OU
     --json "$OUT/bench-gemma4-sliding.json"
 step "kernel benchmark, fp8 caches in this GPU's format" "$OUT/bench-fp8.log" \
     dflash-rocm bench --kv fp8 --pages 16 --json "$OUT/bench-fp8.json"
+# The target's calls over an fp8 cache: whole prompts read their own rows, rounded as the write stored them,
+# in the dense kernel (beside their pages-only twin), chunks over an fp8 prefix and decodes from the pages.
+for workload in prefill chunked decode; do
+    step "kernel benchmark, $workload over an fp8 cache" "$OUT/bench-fp8-$workload.log" \
+        dflash-rocm bench --workload "$workload" --kv fp8 --json "$OUT/bench-fp8-$workload.json"
+done
+step "kernel benchmark, prefill over an fp8 cache from the pages only" "$OUT/bench-fp8-prefill-paged-only.log" \
+    dflash-rocm bench --workload prefill --kv fp8 --paged-only --json "$OUT/bench-fp8-prefill-paged-only.json"
 # The fp8 launches beside the default (benchmarks/NOTES.md), whose Q K^T takes q as two fp8 parts in tiles of
 # 64 rows and more: fp16 dots for both products (what that default replaced on this GPU's timing alone),
 # the default forced everywhere, Q K^T in fp8 for every call (DFLASH_ROCM_FP8_QK=all; =draft is its draft
