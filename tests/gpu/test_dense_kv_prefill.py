@@ -52,22 +52,65 @@ CASES = {
 }
 
 
+def _stored(cache, scale, fmt):
+    """What a host's fp8 write stores: ``(x / scale)`` saturated, in the GPU's own format."""
+    big = torch.finfo(fmt).max
+    return (cache.float() / scale.view(1, 1, -1, 1)).clamp(-big, big).to(fmt)
+
+
+def _fp8(k, v, hkv):
+    fmt = ops.native_fp8_dtype(ops.gpu_arch(0))
+    ks = torch.linspace(0.01, 0.03, hkv, device="cuda")
+    vs = torch.linspace(0.004, 0.01, hkv, device="cuda")
+    return _stored(k, ks, fmt), _stored(v, vs, fmt), ks, vs
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8"])
 @pytest.mark.parametrize("heads", [(32, 8, 128), (16, 2, 256)], ids=["qwen3-8b", "qwen3.5-full-attention"])
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("tma", [True, False], ids=["tma", "pointers"])
-def test_dense_kv_prefill_matches_float64(name, tma, heads):
+def test_dense_kv_prefill_matches_float64(name, tma, heads, kv):
+    # Over an fp8 cache (per-head scales) the call rounds the host's rows as the write stored them; the
+    # reference reads the dequantized cache.
     seq_lens, q_lens = CASES[name]
     hq, hkv, d = heads
     q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens, hq=hq, hkv=hkv, d=d)
+    scales = {}
+    if kv == "fp8":
+        k, v, ks, vs = _fp8(k, v, hkv)
+        scales = dict(k_scale=ks, v_scale=vs)
     out = torch.full_like(q, float("nan"))
     with extend_launch.forced_extend(use_desc=tma):
         assert extend_launch.choose_extend(head_dim=d, max_query_len=max(q_lens), device_index=0) is not None
         ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=out, max_query_len=max(q_lens),
-                            new_keys=nk, new_values=nv)
-    _assert_matches_float64(q, k, v, table, sl, qsl, out)
+                            new_keys=nk, new_values=nv, **scales)
+    _assert_matches_float64(q, k, v, table, sl, qsl, out, **scales)
     # The same call reading every key from the pages agrees as closely.
-    paged = ops.paged_attention(q, k, v, table, sl, qsl, causal=True, max_query_len=max(q_lens))
+    paged = ops.paged_attention(q, k, v, table, sl, qsl, causal=True, max_query_len=max(q_lens), **scales)
     assert float((out.double() - paged.double()).norm() / paged.double().norm()) < 1e-2
+
+
+def _graph_replays_as_eager(call, out, refresh):
+    """Capture ``call(out)``, put fresh values into the captured buffers (``refresh``: a graph that baked
+    in the capture's values fails), replay: the replay equals an eager call and differs from the first."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call(out)
+    torch.cuda.current_stream().wait_stream(s)
+    eager = out.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call(out)
+    refresh()
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    want = torch.full_like(out, float("nan"))
+    call(want)
+    torch.cuda.synchronize()
+    assert torch.equal(out, want)
+    assert not torch.equal(out, eager)
 
 
 @pytest.mark.parametrize("layer", ["qwen3", "gpt-oss window and sinks"])
@@ -79,37 +122,21 @@ def test_dense_kv_prefill_graph_matches_eager(layer):
     else:
         q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens, hq=64, hkv=8, d=64)
         extra = dict(sliding_window=128, sinks=torch.randn(64, device="cuda"))
-    out = torch.full_like(q, float("nan"))
 
     def call(into):
         ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=into, max_query_len=max(q_lens),
                             new_keys=nk, new_values=nv, **extra)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        call(out)
-    torch.cuda.current_stream().wait_stream(s)
-    eager = out.clone()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call(out)
-    # Fresh inputs in the captured buffers: a graph that baked in the capture's values fails.
-    q.copy_(torch.randn_like(q))
-    for t in (k, nk):      # the cache and the new rows stay equal (unowned slots stay NaN)
-        t.mul_(0.5)
-    for t in (v, nv):
-        t.mul_(-2.0)
-    if extra:
-        extra["sinks"].mul_(-1.5)
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    want = torch.full_like(q, float("nan"))
-    call(want)
-    torch.cuda.synchronize()
-    assert torch.equal(out, want)
-    assert not torch.equal(out, eager)
+    def refresh():
+        q.copy_(torch.randn_like(q))
+        for t in (k, nk):      # the cache and the new rows stay equal (unowned slots stay NaN)
+            t.mul_(0.5)
+        for t in (v, nv):
+            t.mul_(-2.0)
+        if extra:
+            extra["sinks"].mul_(-1.5)
+
+    _graph_replays_as_eager(call, torch.full_like(q, float("nan")), refresh)
 
 
 # gpt-oss (sinks on every layer, a 128-key window on every other one) and Gemma-4's sliding layers.
@@ -152,72 +179,26 @@ def test_short_prompts_in_a_step_of_many_rows_run_dense(tma):
     _assert_matches_float64(q, k, v, table, sl, qsl, out)
 
 
-def _stored(cache, scale, fmt):
-    """What a host's fp8 write stores: ``(x / scale)`` saturated, in the GPU's own format."""
-    big = torch.finfo(fmt).max
-    return (cache.float() / scale.view(1, 1, -1, 1)).clamp(-big, big).to(fmt)
-
-
-def _fp8(k, v, hkv):
-    fmt = ops.native_fp8_dtype(ops.gpu_arch(0))
-    ks = torch.linspace(0.01, 0.03, hkv, device="cuda")
-    vs = torch.linspace(0.004, 0.01, hkv, device="cuda")
-    return _stored(k, ks, fmt), _stored(v, vs, fmt), ks, vs
-
-
-@pytest.mark.parametrize("heads", [(32, 8, 128), (16, 2, 256)], ids=["qwen3-8b", "qwen3.5-full-attention"])
-@pytest.mark.parametrize("name", list(CASES))
-@pytest.mark.parametrize("tma", [True, False], ids=["tma", "pointers"])
-def test_dense_kv_prefill_over_fp8_caches_matches_float64(name, tma, heads):
-    # The host's rows, rounded in the call as the write stored them, against the dequantized cache.
-    seq_lens, q_lens = CASES[name]
-    hq, hkv, d = heads
-    q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens, hq=hq, hkv=hkv, d=d, seed=2)
-    k8, v8, ks, vs = _fp8(k, v, hkv)
-    out = torch.full_like(q, float("nan"))
-    with extend_launch.forced_extend(use_desc=tma):
-        ops.paged_attention(q, k8, v8, table, sl, qsl, causal=True, out=out, max_query_len=max(q_lens),
-                            new_keys=nk, new_values=nv, k_scale=ks, v_scale=vs)
-    _assert_matches_float64(q, k8, v8, table, sl, qsl, out, k_scale=ks, v_scale=vs)
-    paged = ops.paged_attention(q, k8, v8, table, sl, qsl, causal=True, max_query_len=max(q_lens),
-                                k_scale=ks, v_scale=vs)
-    assert float((out.double() - paged.double()).norm() / paged.double().norm()) < 1e-2
-
 
 def test_dense_kv_prefill_over_an_fp8_cache_graph_matches_eager():
     seq_lens, q_lens = CASES["mixed"]
     q, k, v, table, sl, qsl, nk, nv = _build(seq_lens, q_lens, seed=3)
     k8, v8, ks, vs = _fp8(k, v, 8)
-    out = torch.full_like(q, float("nan"))
 
     def call(into):
         ops.paged_attention(q, k8, v8, table, sl, qsl, causal=True, out=into, max_query_len=max(q_lens),
                             new_keys=nk, new_values=nv, k_scale=ks, v_scale=vs)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        call(out)
-    torch.cuda.current_stream().wait_stream(s)
-    eager = out.clone()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call(out)
-    # Fresh inputs and scales in the captured buffers; the cache stays what the rows write.
-    q.copy_(torch.randn_like(q))
-    nk.mul_(0.5)
-    nv.mul_(-2.0)
-    k.mul_(0.5)
-    v.mul_(-2.0)
-    ks.mul_(1.5)
-    k8.copy_(_stored(k, ks, k8.dtype))
-    v8.copy_(_stored(v, vs, v8.dtype))
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    want = torch.full_like(q, float("nan"))
-    call(want)
-    torch.cuda.synchronize()
-    assert torch.equal(out, want)
-    assert not torch.equal(out, eager)
+    def refresh():   # new rows and scales; the cache stays what the rows write
+        q.copy_(torch.randn_like(q))
+        for t in (k, nk):
+            t.mul_(0.5)
+        for t in (v, nv):
+            t.mul_(-2.0)
+        ks.mul_(1.5)
+        k8.copy_(_stored(k, ks, k8.dtype))
+        v8.copy_(_stored(v, vs, v8.dtype))
+
+    out = torch.full_like(q, float("nan"))
+    _graph_replays_as_eager(call, out, refresh)
     _assert_matches_float64(q, k8, v8, table, sl, qsl, out, k_scale=ks, v_scale=vs)
