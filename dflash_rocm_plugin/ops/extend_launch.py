@@ -66,7 +66,8 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     (16 / 2 of 256): 128 x 64, 8 warps, 2 stages 545 / 552 / 515 / 534 at 1 x 8K / 2 x 8K / 4 x 4K / 1 x 32K
     (paged 302 / 317 / 300 / 279; 64 x 64, 4 warps, 3 stages 562 / 555 / 493 / 542; 3 stages of 128 rows
     do not fit).  AMD (no TMA): the 128-row tile of the paged kernel's prefill
-    (``launch_config.amd_prefill_warps``), 1 stage on gfx942 and 2 on gfx950, 32-key tiles for 256-wide heads (LDS); unmeasured.
+    (``launch_config.amd_prefill_warps``), 1 stage on gfx942 and 2 on gfx950, 32-key tiles for 256-wide
+    heads (LDS); unmeasured.
 
     Windows up to ``SMALL_WINDOW``: 64 x 64 tiles, 4 warps.  H200, gpt-oss heads (64 / 8 of 64) with sinks and
     a 128-key window, TFLOP/s of visible keys at 1 x 8K / 4 x 4K / 1 x 32K: 64 x 64 at 3 stages 108 / 103 /

@@ -51,8 +51,7 @@ class Launch:
         # The interpreter's bf16 dots are wrong; it runs them in fp32.
         upcast = q.dtype == torch.bfloat16 and _runtime.interpreting()
         fp8 = kv_cache.FP8_CODES.get(call.k_cache.dtype, 0)
-        k_scale = call.k_scale if fp8 else None
-        v_scale = call.v_scale if fp8 else None
+        k_scale, v_scale = call.k_scale, call.v_scale  # None but over an fp8 cache (support.kv_scale_problem)
         scale_strides = (int(k_scale is not None and k_scale.numel() > 1),
                          int(v_scale is not None and v_scale.numel() > 1))
         # [tokens, kv_heads * head_dim]: each token's heads side by side (support.extend_layout_problem).
@@ -77,7 +76,7 @@ class Launch:
             USE_K_SCALE=k_scale is not None, USE_V_SCALE=v_scale is not None, UPCAST=upcast,
             DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        size = q.element_size() if fp8 else new_keys.element_size()
+        size = q.element_size()  # the rows the kernel reads are in q's dtype either way
         self.tma_strides = cfg.use_desc and _aligned(row_strides[0] * size, row_strides[1] * size)
         # q and out as [tokens, heads * head_dim] tiles: heads side by side, 16-byte row strides.
         self.qo_strides = (self.tma_strides and cfg.qo_desc and q.stride(1) == d and out.stride(1) == d
@@ -115,11 +114,11 @@ def launch(prepared: Launch, q: torch.Tensor, out: torch.Tensor, seq_lens: torch
            v_scale: torch.Tensor | None = None) -> None:
     """Run a prepared dense launch on this call's tensors (of the shapes it was prepared for)."""
     rows = ()
-    if prepared.fp8_rows is not None:
-        rows = (torch.empty(prepared.rows, dtype=q.dtype, device=q.device),
-                torch.empty(prepared.rows, dtype=q.dtype, device=q.device))
-        rows = (new_keys, new_values, *rows)
-        new_keys, new_values = rows[2], rows[3]
+    if prepared.fp8_rows is not None:  # the attention reads the buffers the rounding writes
+        k_rows = torch.empty(prepared.rows, dtype=q.dtype, device=q.device)
+        v_rows = torch.empty(prepared.rows, dtype=q.dtype, device=q.device)
+        rows = (new_keys, new_values, k_rows, v_rows)
+        new_keys, new_values = k_rows, v_rows
     keys, values, q_tiles, out_tiles = new_keys, new_values, q, out
     kv_desc = prepared.tma_strides and _aligned(_data_ptr(keys), _data_ptr(values))
     qo_desc = kv_desc and prepared.qo_strides and _aligned(_data_ptr(q), _data_ptr(out))
