@@ -14,12 +14,15 @@ grid's fast axis), so each K/V tile comes from HBM once and from L2 for the rest
 
 Which sequences it serves: those of at least MIN_QUERY query tokens and no keys before them
 (``paged_attention_kernel`` skips the same ones under its ``EXTEND_MIN_Q``), so a mixed batch of
-decodes, chunks over a prefix and whole prompts runs each sequence in one kernel, without the host
-reading lengths.  (A chunk over a prefix stays paged: gathering its prefix here, one program per
-query head, ran chunked prefill at 0.6-0.7x the paged kernel's rate on the H200.)
+decodes, short blocks and whole prompts runs each sequence in one kernel, without the host reading
+lengths.  With CHUNKS also chunks of at least MIN_QUERY tokens over a prefix of at most GQA times as
+many keys (``EXTEND_CHUNKS`` there): their prefix comes as a dense copy that ``cached_prefix_kernel``
+(kernels/kv_cache.py) made from the pages just before, at rows ``GQA * qsl[s]`` on of ``pre_k`` /
+``pre_v``.  (Gathering the prefix from the pages here instead, one program per query head, ran chunked
+prefill at 0.6-0.7x the paged kernel's rate on the H200; a copy costs one read and write of the prefix.)
 
-Key order per program: the keys left of the tile's first query (all visible), then the tiles on the
-diagonal (masked).  Rows of ``new_k`` / ``new_v`` past a sequence's tokens (the next sequence's, or
+Key order per program: a chunk's prefix (all visible; its last tile masked at the prefix's end), the
+block's keys left of the tile's first query (all visible), then the tiles on the diagonal (masked).  Rows of ``new_k`` / ``new_v`` past a sequence's tokens (the next sequence's, or
 padding that may hold anything) only enter masked tiles: their scores are masked and their values
 zeroed before they meet a visible row.  Under a sliding window (key ``j`` visible to query ``p`` iff
 ``p - j < window``, as in the paged kernel) the keys start at the window's lower edge (masked tiles up
@@ -60,22 +63,25 @@ def _softmax_pv(acc, l_i, m_i, qk, v, scale, visible, MASKED: tl.constexpr, DOT_
 def _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, stride_nkt, stride_nvt, kv_col,
                 scale, window, dims, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr,
                 WINDOW_EDGE: tl.constexpr, USE_WINDOW: tl.constexpr,
-                USE_DESC: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    # Keys n0 .. n0 + BLOCK_N - 1 of the block itself; key i of the block is query token i.  Only a
-    # DIAGONAL tile can reach past the sequence's tokens; a WINDOW_EDGE tile lies left of the block's
-    # first query and only the window hides some of its keys.
+                USE_DESC: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                PREFIX_END: tl.constexpr = False):
+    # Keys n0 .. n0 + BLOCK_N - 1 of the block itself (rows q_start + n0 ... of new_k / new_v); key i of
+    # the block is query token i.  Only a DIAGONAL tile can reach past the sequence's tokens; a WINDOW_EDGE
+    # tile lies left of the block's first query and only the window hides some of its keys.  A chunk's
+    # prefix comes through here too, as a block of q_len keys every query sees: only its PREFIX_END tile
+    # reaches past them.
     keys = n0 + tl.arange(0, BLOCK_N)
     key_ok = keys < q_len
     if USE_DESC:
         k = new_k.load([q_start + n0, kv_col]).T
         v = new_v.load([q_start + n0, kv_col])
-        if DIAGONAL:
+        if DIAGONAL or PREFIX_END:
             v = tl.where(key_ok[:, None], v, 0.0)  # the next sequence's rows, or padding
     else:
         rows = (q_start + keys).to(tl.int64)
         k_ptrs = new_k + rows[None, :] * stride_nkt + kv_col + dims[:, None]
         v_ptrs = new_v + rows[:, None] * stride_nvt + kv_col + dims[None, :]
-        if DIAGONAL:
+        if DIAGONAL or PREFIX_END:
             k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0)
             v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0)
         else:
@@ -85,21 +91,24 @@ def _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, strid
         k = k.to(tl.float32)
         v = v.to(tl.float32)
     qk = tl.dot(q, k, input_precision=DOT_PRECISION)
-    visible = keys[None, :] <= q_tok[:, None]
-    if USE_WINDOW:
-        in_window = (q_tok[:, None] - keys[None, :]) < window
-        visible = (visible & in_window) if DIAGONAL else in_window
-    return _softmax_pv(acc, l_i, m_i, qk, v, scale, visible, DIAGONAL or WINDOW_EDGE, DOT_PRECISION)
+    if PREFIX_END:
+        visible = key_ok[None, :]
+    else:
+        visible = keys[None, :] <= q_tok[:, None]
+        if USE_WINDOW:
+            in_window = (q_tok[:, None] - keys[None, :]) < window
+            visible = (visible & in_window) if DIAGONAL else in_window
+    return _softmax_pv(acc, l_i, m_i, qk, v, scale, visible, DIAGONAL or WINDOW_EDGE or PREFIX_END, DOT_PRECISION)
 
 
 @triton.jit
 def extend_attention_kernel(
     q_ptr, q_desc, new_k, new_v, out_ptr, out_desc, seq_lens_ptr, query_start_loc_ptr, sinks_ptr,
-    k_scale_ptr, v_scale_ptr,
+    k_scale_ptr, v_scale_ptr, pre_k, pre_v,
     scale, window, num_seqs,
-    stride_qt, stride_qh, stride_nkt, stride_nvt, stride_ot, stride_oh, k_scale_stride, v_scale_stride,
+    stride_qt, stride_qh, stride_nkt, stride_nvt, stride_ot, stride_oh, k_scale_stride, v_scale_stride, stride_pt,
     HEAD_DIM: tl.constexpr, GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    MIN_QUERY: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SINKS: tl.constexpr,
+    MIN_QUERY: tl.constexpr, CHUNKS: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SINKS: tl.constexpr,
     USE_K_SCALE: tl.constexpr, USE_V_SCALE: tl.constexpr,
     USE_DESC: tl.constexpr, DESC_QO: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
@@ -113,7 +122,11 @@ def extend_attention_kernel(
     local_tile = tile - (q_start // BLOCK_M + seq)
     if (local_tile * BLOCK_M >= q_len) | (q_len < MIN_QUERY):
         return
-    if tl.load(seq_lens_ptr + seq) != q_len:
+    prefix = tl.load(seq_lens_ptr + seq) - q_len
+    if CHUNKS:
+        if prefix > GQA * q_len:
+            return  # a longer prefix than its copy's rows hold: the paged kernel serves it
+    elif prefix != 0:
         return  # keys before the block: the paged kernel serves it
     kv_head = head // GQA
     kv_col = kv_head * HEAD_DIM
@@ -146,6 +159,19 @@ def extend_attention_kernel(
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+
+    if CHUNKS:
+        # The prefix, every key visible to every row (no window: the host sets CHUNKS without one).
+        pre_row = GQA * q_start
+        pre_full = prefix // BLOCK_N * BLOCK_N
+        for n0 in range(0, pre_full, BLOCK_N):
+            acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, n0, pre_row, prefix, q_tok, pre_k, pre_v, stride_pt,
+                                        stride_pt, kv_col, scale, window, dims, BLOCK_N, False, False,
+                                        False, USE_DESC, UPCAST, DOT_PRECISION)
+        if pre_full < prefix:
+            acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, pre_full, pre_row, prefix, q_tok, pre_k, pre_v, stride_pt,
+                                        stride_pt, kv_col, scale, window, dims, BLOCK_N, False, False,
+                                        False, USE_DESC, UPCAST, DOT_PRECISION, True)
 
     diag = local_tile * BLOCK_M
     full_lo = 0

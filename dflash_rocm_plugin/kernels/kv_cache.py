@@ -7,14 +7,16 @@ FP8 (1: e4m3fn, 2: e4m3fnuz): the caches arrive as bytes and each value is store
 ``(x / scale)`` rounded to nearest even and saturated (kernels/fp8.py), exactly as torch converts,
 on every platform.  A scale is per tensor (stride 0) or per KV head (stride 1).
 
-``cached_rows_kernel`` computes the same values densely, without storing them in the cache: what an fp8
-cache holds for the step's own rows, for the dense prefill kernel (kernels/extend_attention.py).
+Two kernels serve the dense prefill kernel (kernels/extend_attention.py) with rows in q's dtype:
+``cached_rows_kernel`` computes what an fp8 cache holds for the step's own rows, without storing them;
+``cached_prefix_kernel`` copies what the cache holds before a chunk out of the pages.
 """
 
 import triton
 import triton.language as tl
 
 from dflash_rocm_plugin.kernels import fp8
+from dflash_rocm_plugin.kernels.paged_attention import _find_sequence
 
 
 @triton.jit
@@ -101,3 +103,45 @@ def cached_rows_kernel(
     v = tl.load(value_ptr + toks[:, None] * stride_vt + head * stride_vh + dims[None, :], mask=ok, other=0.0)
     v = fp8.decode_e4m3(_code(v, v_scale, FP8, USE_V_SCALE), FP8 == 2)
     tl.store(v_rows_ptr + rows, v.to(v_rows_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def cached_prefix_kernel(
+    k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, k_rows_ptr, v_rows_ptr,
+    num_seqs, stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, stride_bt, stride_bp, stride_rt,
+    HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, GQA: tl.constexpr, MIN_QUERY: tl.constexpr,
+    BLOCK_T: tl.constexpr, FP8: tl.constexpr,
+):
+    """The keys and values cached before each chunk the dense prefill kernel serves -- at least MIN_QUERY
+    query tokens over a prefix of at most GQA times as many keys -- copied out of the pages into the
+    chunk's own GQA rows per query token: sequence s's prefix position p goes to row ``GQA * qsl[s] + p`` of
+    ``[GQA * tokens, kv_heads * head_dim]`` buffers, so no program needs another sequence's lengths and
+    the buffers never hold more than the call's queries do.  fp8 caches arrive as bytes and leave as
+    their exact values, before their scale (as ``cached_rows_kernel``'s).  One program: BLOCK_T prefix
+    positions of one sequence and one KV head."""
+    head = tl.program_id(1)
+    tile = tl.program_id(0)
+    seq = _find_sequence(query_start_loc_ptr, tile, num_seqs, BLOCK_T, GQA)
+    q_start = tl.load(query_start_loc_ptr + seq)
+    q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
+    prefix = tl.load(seq_lens_ptr + seq) - q_len
+    first = (tile - (GQA * q_start // BLOCK_T + seq)) * BLOCK_T
+    if (q_len < MIN_QUERY) | (prefix > GQA * q_len) | (first >= prefix):
+        return
+    pos = first + tl.arange(0, BLOCK_T)
+    ok = pos < prefix
+    dims = tl.arange(0, HEAD_DIM)
+    page = tl.load(block_table_ptr + seq.to(tl.int64) * stride_bt + (pos // PAGE_SIZE) * stride_bp, mask=ok,
+                   other=0).to(tl.int64)
+    slot = (pos % PAGE_SIZE).to(tl.int64)
+    rows = (GQA * q_start + pos).to(tl.int64)[:, None] * stride_rt + head * HEAD_DIM + dims[None, :]
+    k = tl.load(k_cache_ptr + (page * stride_kcb + slot * stride_kcs + head * stride_kch)[:, None] + dims[None, :],
+                mask=ok[:, None])
+    if FP8:
+        k = fp8.decode_e4m3(k, FP8 == 2)
+    tl.store(k_rows_ptr + rows, k.to(k_rows_ptr.dtype.element_ty), mask=ok[:, None])
+    v = tl.load(v_cache_ptr + (page * stride_vcb + slot * stride_vcs + head * stride_vch)[:, None] + dims[None, :],
+                mask=ok[:, None])
+    if FP8:
+        v = fp8.decode_e4m3(v, FP8 == 2)
+    tl.store(v_rows_ptr + rows, v.to(v_rows_ptr.dtype.element_ty), mask=ok[:, None])

@@ -41,7 +41,9 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
     conversion (gfx94x; see ``_softmax_pv``).
   * HEAVY_FIRST (launch field ``heavy_first``): query tiles in reverse grid order.
   * EXTEND_MIN_Q: prompts of at least that many tokens with nothing cached before them are left
-    to ``extend_attention_kernel``, which reads their keys from the host's dense new K/V.
+    to ``extend_attention_kernel``, which reads their keys from the host's dense new K/V; with
+    EXTEND_CHUNKS also chunks of that many tokens over a prefix of at most GQA times as many keys
+    (which it reads from a dense copy).
 
 The key loop runs in two phases (as in Triton's fused-attention tutorial): the
 tiles every row of the program may fully see run without any mask; the few
@@ -87,14 +89,14 @@ from dflash_rocm_plugin.kernels import fp8
 
 
 @triton.jit
-def _find_sequence(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
-    # Sequence i owns tiles starting at qsl[i] // BLOCK_Q + i: an upper bound on
-    # the tiles of all earlier sequences, so tiles never overlap.
+def _find_sequence(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr, ROWS: tl.constexpr = 1):
+    # Sequence i owns tiles starting at ROWS * qsl[i] // BLOCK_Q + i (ROWS rows per token): an upper
+    # bound on the tiles of all earlier sequences, so tiles never overlap.
     lo = 0
     hi = num_seqs
     while lo < hi:
         mid = (lo + hi) // 2
-        first_tile = tl.load(query_start_loc_ptr + mid) // BLOCK_Q + mid
+        first_tile = ROWS * tl.load(query_start_loc_ptr + mid) // BLOCK_Q + mid
         if first_tile <= tile:
             lo = mid + 1
         else:
@@ -375,7 +377,7 @@ def paged_attention_kernel(
     USE_SINKS: tl.constexpr, USE_K_SCALE: tl.constexpr, USE_V_SCALE: tl.constexpr,
     SOFT_FP8: tl.constexpr, UPCAST_DOTS: tl.constexpr, FP16_DOTS: tl.constexpr, FP8_DOTS: tl.constexpr,
     FP8_QK: tl.constexpr, QK_SPLIT: tl.constexpr, PV_T: tl.constexpr, P_INT_ROUND: tl.constexpr,
-    HEAVY_FIRST: tl.constexpr, EXTEND_MIN_Q: tl.constexpr,
+    HEAVY_FIRST: tl.constexpr, EXTEND_MIN_Q: tl.constexpr, EXTEND_CHUNKS: tl.constexpr,
 ):
     tile = tl.program_id(0)
     if HEAVY_FIRST:
@@ -393,8 +395,12 @@ def paged_attention_kernel(
         return
     seq_len = tl.load(seq_lens_ptr + seq)
     if EXTEND_MIN_Q:
-        if (q_len >= EXTEND_MIN_Q) & (seq_len == q_len):
-            return  # a whole prompt: kernels/extend_attention.py serves it from the dense new K/V
+        # kernels/extend_attention.py serves these from dense K/V (the same test there)
+        if EXTEND_CHUNKS:
+            if (q_len >= EXTEND_MIN_Q) & (seq_len - q_len <= GQA * q_len):
+                return
+        elif (q_len >= EXTEND_MIN_Q) & (seq_len == q_len):
+            return
     first_pos = seq_len - q_len
 
     # Row r of the tile is query token r // GQA of this tile, query head

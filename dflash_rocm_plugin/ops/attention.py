@@ -169,7 +169,8 @@ def paged_attention(
     call = AttentionCall(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, out, causal=causal,
                          scale=scale, window=window, softcap=cap, max_query_len=max_query_len,
                          num_kv_splits=num_kv_splits, workspace=workspace, sinks=sinks,
-                         k_scale=k_scale, v_scale=v_scale, extend_min_q=extend.block_m if extend else 0)
+                         k_scale=k_scale, v_scale=v_scale, extend_min_q=extend.block_m if extend else 0,
+                         extend_chunks=bool(extend and extend.chunks))
     if key is None and extend is None:
         backends.run_attention(call, backend)
         return out

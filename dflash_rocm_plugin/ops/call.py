@@ -29,6 +29,8 @@ class AttentionCall:
     # Whole prompts (nothing cached before them) of at least this many tokens are served by the
     # dense-K/V prefill kernel (ops/backends/triton_extend.py), not the paged one; 0: none.
     extend_min_q: int = 0
+    # ... and chunks of that many tokens over a prefix of at most GQA times as many keys.
+    extend_chunks: bool = False
 
     @property
     def num_tokens(self) -> int:

@@ -19,6 +19,9 @@ class ExtendLaunch:
     num_stages: int
     use_desc: bool      # Hopper and later: the block's K/V tiles by TMA copies
     qo_desc: bool = False  # ... and its query tile and (whole tiles') output by TMA copies too
+    # Chunks over a prefix of at most GQA times their tokens too, reading a dense copy of the prefix that a
+    # first kernel makes (kernels/kv_cache.py, ``cached_prefix_kernel``); not under a sliding window.
+    chunks: bool = False
 
 
 _forced_extend: dict = {}
@@ -97,6 +100,10 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
                 and SHORT_PROMPTS_MIN_QUERY_LEN <= max_query_len < least):
             cfg = ExtendLaunch(128, 64, 4, 2, True, True)
             least = SHORT_PROMPTS_MIN_QUERY_LEN
+    # A chunk's prefix copy holds GQA rows per query token, K and V: no more memory than the call's q and
+    # out (what the host's own profile of a step's activations saw), so a long prefix under a short chunk
+    # stays paged.  Under a window a chunk reads only the window's end of its prefix: paged.
+    cfg = dataclasses.replace(cfg, chunks=not window)
     if 0 < window <= SMALL_WINDOW and arch != "cpu":
         cfg = dataclasses.replace(cfg, block_m=64, block_n=min(cfg.block_n, 64), num_warps=4,
                                   num_stages=3 if cfg.use_desc else cfg.num_stages)

@@ -147,7 +147,7 @@ def attention(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: 
         QK_SPLIT=bool(qk_in_fp8) and cfg.fp8_dots in FP8_QK_SPLIT_MODES,
         PV_T=cfg.pv_transposed,
         P_INT_ROUND=dtype == "bf16" and cache is None and _lacks_bf16_conversion(arch),
-        HEAVY_FIRST=cfg.heavy_first, EXTEND_MIN_Q=0,
+        HEAVY_FIRST=cfg.heavy_first, EXTEND_MIN_Q=0, EXTEND_CHUNKS=False,
     )
     out = [_compile(arch, _signature(native.paged_attention_kernel, values, constexprs),
                     cfg.num_warps, cfg.num_stages, cfg.mfma_nonkdim)]
@@ -191,18 +191,19 @@ def extend(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: int
     """Compile the dense-K/V prefill kernel as ops.paged_attention(new_keys=...) launches it with
     pointer loads (``cfg``: ExtendLaunch fields; TMA tiles compile on the GPU that has them).  ``fp8`` (1
     e4m3fn, 2 e4m3fnuz, per-head scales): over an fp8 cache, the rows' rounding first, then the attention
-    over its buffers."""
+    over its buffers.  With ``cfg.chunks`` the prefixes' copy comes before the attention (page 16)."""
     from dflash_rocm_plugin.kernels import extend_attention, kv_cache
     hq, hkv, d = num_q_heads, num_kv_heads, head_dim
     row = (hq + 2 * hkv) * d  # q, k and v side by side per token, as the hosts' fused projection leaves them
     kv_row = hkv * d if fp8 else row
     values = dict(q_ptr=f"*{dtype}", q_desc=f"*{dtype}", new_k=f"*{dtype}", new_v=f"*{dtype}",
                   out_ptr=f"*{dtype}", out_desc=f"*{dtype}", seq_lens_ptr="*i32", query_start_loc_ptr="*i32",
-                  sinks_ptr="*fp32", k_scale_ptr="*fp32", v_scale_ptr="*fp32", scale=d ** -0.5, window=128,
+                  sinks_ptr="*fp32", k_scale_ptr="*fp32", v_scale_ptr="*fp32", pre_k=f"*{dtype}",
+                  pre_v=f"*{dtype}", scale=d ** -0.5, window=128,
                   num_seqs=3, stride_qt=row, stride_qh=d, stride_nkt=kv_row, stride_nvt=kv_row, stride_ot=hq * d,
-                  stride_oh=d, k_scale_stride=int(bool(fp8)), v_scale_stride=int(bool(fp8)))
+                  stride_oh=d, k_scale_stride=int(bool(fp8)), v_scale_stride=int(bool(fp8)), stride_pt=hkv * d)
     consts = dict(HEAD_DIM=d, GQA=hq // hkv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                  MIN_QUERY=cfg.block_m, USE_WINDOW=window, USE_SINKS=sinks, USE_K_SCALE=bool(fp8),
+                  MIN_QUERY=cfg.block_m, CHUNKS=cfg.chunks, USE_WINDOW=window, USE_SINKS=sinks, USE_K_SCALE=bool(fp8),
                   USE_V_SCALE=bool(fp8), USE_DESC=False, DESC_QO=False, UPCAST=False, DOT_PRECISION=None)
     compiled = [_compile(arch, _signature(extend_attention.extend_attention_kernel, values, consts),
                          cfg.num_warps, cfg.num_stages)]
@@ -212,6 +213,16 @@ def extend(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: int
                       num_tokens=8192, stride_kt=row, stride_kh=d, stride_vt=row, stride_vh=d, stride_rt=kv_row)
         consts = dict(HEAD_DIM=d, BLOCK_T=32, FP8=fp8, USE_K_SCALE=True, USE_V_SCALE=True)
         compiled.insert(0, _compile(arch, _signature(kv_cache.cached_rows_kernel, values, consts), 4, 1))
+    if cfg.chunks:
+        cache = "u8" if fp8 else dtype
+        page = 16 * hkv * d
+        values = dict(k_cache_ptr=f"*{cache}", v_cache_ptr=f"*{cache}", block_table_ptr="*i32", seq_lens_ptr="*i32",
+                      query_start_loc_ptr="*i32", k_rows_ptr=f"*{dtype}", v_rows_ptr=f"*{dtype}", num_seqs=3,
+                      stride_kcb=page, stride_kcs=hkv * d, stride_kch=d, stride_vcb=page, stride_vcs=hkv * d,
+                      stride_vch=d, stride_bt=512, stride_bp=1, stride_rt=hkv * d)
+        consts = dict(HEAD_DIM=d, PAGE_SIZE=16, GQA=hq // hkv, MIN_QUERY=cfg.block_m, BLOCK_T=64, FP8=fp8)
+        compiled.insert(len(compiled) - 1,
+                        _compile(arch, _signature(kv_cache.cached_prefix_kernel, values, consts), 4, 1))
     return compiled
 
 

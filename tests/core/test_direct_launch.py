@@ -414,8 +414,9 @@ def test_on_rocm_a_storage_on_the_other_side_of_2_gb_launches_normally(fake_gpu,
     assert run() == "direct" and len(relaunch.variants) == 2
 
 
-def _dense(window=0, sinks=False, fp8=False):
-    """A whole prompt's call, its prepared dense launch, and its own K/V rows."""
+def _dense(window=0, sinks=False, fp8=False, chunks=False):
+    """A whole prompt's call, its prepared dense launch (``chunks``: one that serves chunks too), and its
+    own K/V rows."""
     from dflash_rocm_plugin.ops import extend_launch
     from dflash_rocm_plugin.ops.backends import triton_extend
     c = build([70, 40], [70, 40], num_q_heads=4, num_kv_heads=2, head_dim=32,
@@ -424,29 +425,37 @@ def _dense(window=0, sinks=False, fp8=False):
                          torch.empty_like(c.q), causal=True, scale=0.17, window=window, softcap=0.0,
                          max_query_len=70, num_kv_splits=None, workspace=None,
                          sinks=torch.zeros(4) if sinks else None, k_scale=torch.tensor([0.5]) if fp8 else None,
-                         v_scale=torch.tensor([0.25, 2.0]) if fp8 else None, extend_min_q=32)
+                         v_scale=torch.tensor([0.25, 2.0]) if fp8 else None, extend_min_q=32, extend_chunks=chunks)
     fused = torch.zeros(c.q.shape[0] + 2, 8 * 32)  # q, k and v of a token side by side
     keys, values = fused[:, 4 * 32:6 * 32].view(-1, 2, 32), fused[:, 6 * 32:].view(-1, 2, 32)
-    cfg = extend_launch.ExtendLaunch(32, 16, 4, 1, True, True)
+    cfg = extend_launch.ExtendLaunch(32, 16, 4, 1, True, True, chunks)
     return call, triton_extend.Launch(call, cfg, keys, values), keys, values
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(window=24, sinks=True), dict(fp8=True, sinks=True)],
-                         ids=["plain", "window-sinks", "fp8"])
+@pytest.mark.parametrize("kw", [dict(), dict(window=24, sinks=True), dict(fp8=True, sinks=True), dict(chunks=True),
+                                dict(chunks=True, fp8=True)],
+                         ids=["plain", "window-sinks", "fp8", "chunks", "chunks-fp8"])
 def test_dense_launch_fixed_arguments_are_what_tritons_binder_passes(kw):
-    """Every kernel of the dense launch (over an fp8 cache the rows' rounding first) gets, from the call's
-    pointers, the ones its parameters name, and the fixed arguments Triton's binder would pass."""
+    """Every kernel of the dense launch (over an fp8 cache the rows' rounding first, with chunks the
+    prefixes' copy next) gets, from the call's pointers, the ones its parameters name, and the fixed
+    arguments Triton's binder would pass."""
     from triton.backends.compiler import BaseBackend
     from triton.runtime.jit import create_function_from_signature
     call, launch, keys, values = _dense(**kw)
-    rows = (keys, values, torch.empty(launch.rows), torch.empty(launch.rows)) if kw.get("fp8") else ()
-    read_k, read_v = rows[2:] or (keys, values)
     unused = call.q
+    rows = (keys, values, torch.empty(launch.rows), torch.empty(launch.rows)) if kw.get("fp8") else (unused,) * 4
+    read_k, read_v = rows[2:] if kw.get("fp8") else (keys, values)
+    prefix = ()
+    pre_k = pre_v = unused
+    if kw.get("chunks"):
+        pre_k, pre_v = torch.empty(launch.prefix_rows), torch.empty(launch.prefix_rows)
+        prefix = (call.k_cache.view(torch.uint8) if kw.get("fp8") else call.k_cache, call.v_cache, call.block_table,
+                  pre_k, pre_v)
     ptrs = (call.q, call.q, read_k, read_v, call.out, call.out, call.seq_lens, call.query_start_loc,
             call.sinks if call.sinks is not None else unused, call.k_scale if call.k_scale is not None else unused,
-            call.v_scale if call.v_scale is not None else unused, *rows)
+            call.v_scale if call.v_scale is not None else unused, pre_k, pre_v, *rows, *prefix)
     launches, _ = launch._launches(False, False)
-    assert len(launches) == (2 if kw.get("fp8") else 1)
+    assert len(launches) == 1 + bool(kw.get("fp8")) + bool(kw.get("chunks"))
     for kernel, _, take, ints, constexprs in launches:
         jit = _jit(kernel)
         taken = triton_direct._take(take, ptrs)
@@ -458,12 +467,18 @@ def test_dense_launch_fixed_arguments_are_what_tritons_binder_passes(kw):
         assert all(a is b or (not isinstance(a, torch.Tensor) and a == b and type(a) is type(b))
                    for a, b in zip(got, want))
         named = dict(zip(bound.keys(), taken))
-        if "k_rows_ptr" in named:   # the rows' rounding: the host's rows in, the buffers out
+        if "k_cache_ptr" in named:  # the prefixes' copy: the cache and table in, the prefix buffers out
+            assert named["k_cache_ptr"] is prefix[0] and named["v_cache_ptr"] is call.v_cache
+            assert named["block_table_ptr"] is call.block_table and named["seq_lens_ptr"] is call.seq_lens
+            assert named["k_rows_ptr"] is pre_k and named["v_rows_ptr"] is pre_v
+            assert constexprs["GQA"] == 2 and constexprs["MIN_QUERY"] == 32 and constexprs["FP8"] == int(bool(kw.get("fp8")))
+        elif "key_ptr" in named:   # the rows' rounding: the host's rows in, the buffers out
             assert named["key_ptr"] is keys and named["value_ptr"] is values
             assert named["k_rows_ptr"] is rows[2] and named["v_rows_ptr"] is rows[3]
         else:
             assert named["new_k"] is read_k and named["new_v"] is read_v and named["out_ptr"] is call.out
-        if kw.get("fp8"):
+            assert named["pre_k"] is pre_k and named["pre_v"] is pre_v and constexprs["CHUNKS"] == bool(kw.get("chunks"))
+        if kw.get("fp8") and "k_scale_ptr" in named:
             assert named["k_scale_ptr"] is call.k_scale and named["v_scale_ptr"] is call.v_scale
             assert constexprs["USE_K_SCALE"] and constexprs["USE_V_SCALE"]
 
@@ -542,3 +557,40 @@ def test_fp8_dense_launch_relaunches_both_kernels_around_new_buffers(fake_gpu, m
     dense_direct = again[1][1][9:]
     assert type(dense_direct[2]) is TensorDescriptor and dense_direct[2].base.data_ptr() == rows_direct[2]
     assert dense_direct[9] == call.k_scale.data_ptr() and dense_direct[10] == call.v_scale.data_ptr()
+
+
+def test_dense_launch_with_chunks_copies_prefixes_then_reads_them_through_descriptors(fake_gpu, monkeypatch):
+    """With chunks the prefixes' copy runs first on the cache, the block table and two fresh buffers of GQA
+    rows per query token, and the attention reads those through descriptors built around them; on a
+    repeat call both go direct."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    from dflash_rocm_plugin.ops.backends import triton_extend
+    call, launch, keys, values = _dense(chunks=True)
+    log = []
+    attention = FakeJit(_runtime.extend_kernel(), log, "dense")
+    copy = FakeJit(_runtime.kernels()[1].cached_prefix_kernel, log, "prefix")
+    monkeypatch.setattr(_runtime, "extend_kernel", lambda: attention)
+    monkeypatch.setattr(_runtime, "kernels", lambda: (None, types.SimpleNamespace(cached_prefix_kernel=copy)))
+
+    def run():
+        del log[:]
+        triton_extend.launch(launch, call.q, call.out, call.seq_lens, call.query_start_loc, keys, values, None,
+                             None, None, call.k_cache, call.v_cache, call.block_table)
+        return list(log)
+
+    first = run()
+    assert [(e[0], e[-1]) for e in first] == [("jit", "prefix"), ("jit", "dense")]
+    copy_args, dense_args = first[0][2], first[1][2]
+    assert copy_args[0] is call.k_cache and copy_args[1] is call.v_cache and copy_args[2] is call.block_table
+    buffers = copy_args[5], copy_args[6]
+    assert all(b.shape == (2 * call.num_tokens, 64) and b.dtype == call.q.dtype for b in buffers)
+    assert first[1][3]["CHUNKS"] is True
+    pre_k, pre_v = dense_args[11], dense_args[12]
+    assert type(pre_k) is TensorDescriptor and pre_k.base is buffers[0] and pre_v.base is buffers[1]
+    assert (pre_k.shape, pre_k.strides, pre_k.block_shape) == ([2 * call.num_tokens, 64], [64, 1], [16, 32])
+    assert dense_args[2].base is keys
+    again = run()
+    assert [(e[0], e[-1]) for e in again] == [("direct", "prefix"), ("direct", "dense")]
+    copy_direct, dense_direct = again[0][1][9:], again[1][1][9:]
+    assert copy_direct[0] == call.k_cache.data_ptr() and copy_direct[2] == call.block_table.data_ptr()
+    assert type(dense_direct[11]) is TensorDescriptor and dense_direct[11].base.data_ptr() == copy_direct[5]

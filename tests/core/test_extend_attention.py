@@ -1,8 +1,10 @@
-"""paged_attention(new_keys=, new_values=): whole causal prompts read their keys from the dense new K/V
-(kernels/extend_attention.py), the rest of the batch from the pages; equal to the float64 reference.
+"""paged_attention(new_keys=, new_values=): whole causal prompts, and chunks over a prefix of at most GQA
+times their tokens, read their keys from the dense new K/V (kernels/extend_attention.py; a chunk's prefix
+from a dense copy of the pages), the rest of the batch from the pages; equal to the float64 reference.
 
-Outputs are NaN-poisoned, unowned cache slots and the new K/V's padding rows hold NaN, and a guard test
-feeds new K/V that differ from the cache, so a path that is never taken (or reads the wrong rows) fails.
+Outputs are NaN-poisoned, unowned cache slots, the new K/V's padding rows and every buffer the call fills
+for the dense kernel hold NaN, and guard tests feed new K/V that differ from the cache, so a path that is
+never taken (or reads the wrong rows) fails.
 """
 
 from __future__ import annotations
@@ -58,6 +60,14 @@ def check(case, *, causal=True, **kw):
     return out
 
 
+@pytest.fixture(autouse=True)
+def poisoned_buffers(monkeypatch):
+    """The buffers the call fills for the dense kernel (fp8 rows, prefix copies) start as NaN: a row read
+    that no kernel wrote fails."""
+    monkeypatch.setattr(triton_extend, "_buffer",
+                        lambda shape, like: torch.full(shape, float("nan"), dtype=like.dtype, device=like.device))
+
+
 @pytest.fixture
 def extend_launches(monkeypatch):
     """Counts the dense kernel's launches."""
@@ -85,9 +95,49 @@ def test_prefill_lengths_at_tile_edges(seq_lens):
 
 
 @pytest.mark.parametrize("prefix", [1, 15, 16, 17, 40, 64])
-def test_chunk_over_a_prefix(prefix):
-    # A chunk over a prefix stays on the paged kernel, beside a whole prompt on the dense one.
-    check(build([prefix + 45, prefix + LONG], [45, LONG], block_size=16))
+def test_chunk_over_a_prefix(prefix, extend_launches):
+    # Prefixes under, at and over the interpreter's 16-key tiles, up to GQA (2) x the chunk: the dense path
+    # reads a copy of them (its last tile masked where the prefix ends), beside a whole prompt.
+    check(build([prefix + 45, prefix + LONG, 50], [45, LONG, 50], block_size=16))
+    assert extend_launches
+
+
+@pytest.mark.parametrize("group", [1, 2, 4])
+@pytest.mark.parametrize("over", [0, 1], ids=["prefix-at-the-bound", "one-key-past-it"])
+def test_chunk_prefix_bound_is_gqa_times_the_chunk(group, over):
+    # At the bound the chunk goes dense, one key past it paged (its copy would outgrow its rows): the
+    # guard skews the new values, which only the dense path reads.
+    q_len = LONG + 3
+    case = build([group * q_len + over + q_len, 40], [q_len, 40], num_q_heads=2 * group, num_kv_heads=2)
+    check(case)
+    keys, values = new_kv(case)
+    honest, skewed = run(case, keys, values), run(case, keys, values * 2.0)
+    assert torch.equal(skewed[:q_len], honest[:q_len]) == bool(over)
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 16, 64])
+def test_chunks_over_prefixes_on_page_sizes(block_size):
+    check(build([LONG + 40, 3 * LONG, 2 * LONG + 70], [LONG, 2 * LONG, LONG + 5], block_size=block_size,
+                num_q_heads=8, num_kv_heads=2))
+
+
+@pytest.mark.parametrize("qo_desc", [False, True], ids=["kv-tiles", "q-kv-out-tiles"])
+def test_chunks_over_prefixes_on_tma_tiles(qo_desc):
+    with extend_launch.forced_extend(use_desc=True, qo_desc=qo_desc):
+        check(build([1, LONG + 21, 2 * LONG + 9, 90], [1, LONG, 2 * LONG + 9, 45], num_q_heads=4, num_kv_heads=2),
+              sinks=torch.tensor([0.5, -1.0, 2.0, 0.0]))
+
+
+def test_chunks_stay_paged_under_a_window_or_when_forced(extend_launches):
+    # A window's chunk reads only the window's end of its prefix (paged); forced off, chunks go paged too.
+    case = build([LONG + 20, 50], [LONG, 50])
+    keys, values = new_kv(case)
+    for kw in (dict(sliding_window=LONG + 30), {}):
+        with extend_launch.forced_extend(**({} if kw else dict(chunks=False))):
+            check(case, **kw)
+            honest, skewed = run(case, keys, values, **kw), run(case, keys, values * 2.0, **kw)
+        assert torch.equal(skewed[:LONG], honest[:LONG])
+    assert extend_launches
 
 
 def test_mixed_batch_of_decodes_blocks_and_prefill_chunks(extend_launches):
@@ -139,14 +189,17 @@ def test_scale_is_applied():
 
 
 def test_new_keys_are_what_the_dense_path_reads():
-    # Guards the tests above: new K/V that differ from the cache change the whole long prompt's rows
-    # only, not a short prompt's nor a long chunk's over a prefix (both read the pages).
-    case = build([50, 20, 90], [50, 20, 45])
+    # Guards the tests above: new K/V that differ from the cache change the whole long prompt's rows and
+    # a chunk's within its prefix bound (the prefix from the pages, its own rows from them), not a short
+    # prompt's nor a chunk's over a longer prefix (both read the pages).
+    case = build([50, 20, 90, 140], [50, 20, 45, 40])
     keys, values = new_kv(case)
     honest = run(case, keys, values)
     skewed = run(case, keys, values * 2.0)
     assert (skewed[:50] - 2.0 * honest[:50]).abs().max() < 1e-4
-    assert torch.equal(skewed[50:], honest[50:])
+    assert torch.equal(skewed[50:70], honest[50:70])
+    assert not torch.equal(skewed[70:115], honest[70:115])
+    assert torch.equal(skewed[115:], honest[115:])
 
 
 # --- windows, sinks and softcaps (gpt-oss, Gemma-4's sliding layers) -----------------------------
@@ -253,15 +306,25 @@ def test_fp8_zero_k_scale_gives_uniform_attention_not_nan(extend_launches):
 
 
 def test_fp8_rows_are_what_the_dense_path_reads(extend_launches):
-    # Guards the fp8 tests: values that round to other codes change the whole prompts' rows only.
+    # Guards the fp8 tests: values that round to other codes change the whole prompts' rows, and the
+    # chunk's, whose prefix (from the cache, unchanged) keeps them from doubling.
     case, keys, values, kw = fp8_case(E4M3FN, None)
     honest = run(case, keys, values, **kw)
     skewed = run(case, keys, values * 2.0, **kw)   # twice the codes but for the subnormals' rounding
-    chunk = slice(2 * LONG + 3, 3 * LONG + 3)   # the chunk over a prefix reads the pages
+    chunk = slice(2 * LONG + 3, 3 * LONG + 3)
     for rows in (slice(0, chunk.start), slice(chunk.stop, None)):
         assert (skewed[rows] - 2.0 * honest[rows]).abs().max() < 1e-2
-    assert torch.equal(skewed[chunk], honest[chunk])
+    assert (skewed[chunk] - 2.0 * honest[chunk]).abs().max() > 1e-1
+    assert not torch.equal(skewed[chunk], honest[chunk])
     assert len(extend_launches) == 2
+
+
+@pytest.mark.parametrize("fmt", [E4M3FN, E4M3FNUZ], ids=["e4m3fn", "e4m3fnuz"])
+def test_fp8_chunks_read_their_prefix_as_the_cache_holds_it(fmt):
+    # Long prefixes (several tiles, one partial), per-head scales, bf16 queries: the copy decodes the
+    # cache's bytes in its own format, unscaled, and the attention scales them as it does the rows.
+    case, keys, values, kw = fp8_case(fmt, "head", dtype=torch.bfloat16, heads=(8, 2))
+    check(case, keys=keys, values=values, sinks=torch.linspace(-1.0, 2.0, 8), **kw)
 
 
 # --- bad input -----------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 The device facts come from ops._runtime; each test pins them, so these run on any machine.
 """
 
+import dataclasses
+
 import pytest
 
 from dflash_rocm_plugin import ops
@@ -346,4 +348,7 @@ def test_dense_prompts_launch_only_where_the_host_cost_is_hidden(monkeypatch, ar
     # gpt-oss's 128-key windows take 64-row tiles; Gemma-4's 512-key windows keep the prompt's tile.
     small = extend_launch.choose_extend(head_dim=64, max_query_len=least, device_index=0, window=128)
     assert (small.block_m, small.block_n, small.num_warps, small.use_desc) == (64, 64, 4, tma)
-    assert extend_launch.choose_extend(head_dim=256, max_query_len=least, device_index=0, window=512) == wide
+    windowed = extend_launch.choose_extend(head_dim=256, max_query_len=least, device_index=0, window=512)
+    assert windowed == dataclasses.replace(wide, chunks=False)
+    # Chunks over a prefix go dense with every launch but a window's (it reads its prefix's end paged).
+    assert cfg.chunks and wide.chunks and not small.chunks

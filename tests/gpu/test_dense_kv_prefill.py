@@ -49,6 +49,9 @@ CASES = {
     "chunk 2.5K over 3K": ([3072 + 2500], [2500]),
     "short prompts beside a long one": ([300, 129, 2048, 64], [300, 129, 2048, 64]),
     "mixed": ([1, 700, 2100, 4096, 40, 513], [1, 16, 2100, 1500, 1, 513]),
+    # Prefixes at GQA x the chunk (dense, for Qwen3-8B's 4), one key past it (paged there, dense for GQA 8)
+    # and off every tile and page edge.
+    "chunks at and past the prefix bound": ([2048 + 8192, 2048 + 8193, 3001 + 2100], [2048, 2048, 2100]),
 }
 
 

@@ -102,7 +102,8 @@ def run_prepared(p: Prepared, backend: str | None, q, k_cache, v_cache, block_ta
     if p.dense is not None:
         triton.launch(p.triton, q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc, sinks, k_scale,
                       v_scale, workspace)
-        triton_extend.launch(p.dense, q, out, seq_lens, query_start_loc, new_keys, new_values, sinks, k_scale, v_scale)
+        triton_extend.launch(p.dense, q, out, seq_lens, query_start_loc, new_keys, new_values, sinks, k_scale, v_scale,
+                             k_cache, v_cache, block_table)
         return triton.NAME
     chosen = policy(backend, ATTENTION_ENV, ATTENTION_CHOICES)
     if chosen == "triton" or (chosen == "auto" and (p.aiter_may_serve is False or not _runtime.is_rocm())):

@@ -87,7 +87,7 @@ class Launch:
             SOFT_FP8=soft, UPCAST_DOTS=upcast, FP16_DOTS=fp16_dots, FP8_DOTS=fp8_code,
             FP8_QK=fp8_qk, QK_SPLIT=bool(fp8_qk) and fp8_dots in launch_config.FP8_QK_SPLIT_MODES,
             PV_T=cfg.pv_transposed, P_INT_ROUND=p_int_round,
-            HEAVY_FIRST=cfg.heavy_first, EXTEND_MIN_Q=call.extend_min_q,
+            HEAVY_FIRST=cfg.heavy_first, EXTEND_MIN_Q=call.extend_min_q, EXTEND_CHUNKS=call.extend_chunks,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if cfg.mfma_nonkdim and _runtime.is_rocm() and not _runtime.interpreting():

@@ -1,7 +1,8 @@
 """The dense-K/V prefill kernel's launch (kernels/extend_attention.py), prepared once per call key.
 
-It serves the call's whole prompts of at least ``cfg.block_m`` tokens; the paged kernel, launched
-first for the same call with ``EXTEND_MIN_Q`` set, serves the rest.  The order matters only where the
+It serves the call's whole prompts of at least ``cfg.block_m`` tokens, and with ``cfg.chunks`` its chunks
+of that many tokens over a prefix of at most GQA times as many keys; the paged kernel, launched first for
+the same call with ``EXTEND_MIN_Q`` (and ``EXTEND_CHUNKS``) set, serves the rest.  The order matters only where the
 paged launch splits its keys (possible under the interpreter's short tiles): its merge then writes
 every row, and this launch's rows overwrite the prompts'.
 
@@ -14,6 +15,10 @@ Over an fp8 cache a first kernel writes the values the cache holds for the call'
 scale, into two dense buffers of q's dtype (kernels/kv_cache.py, ``cached_rows_kernel``; 4 bytes per row
 element read and written, ~2 % of a 1 x 8K prompt's attention), and the prompts read those: the answer the
 paged kernel would give from the cache, at the dense kernel's rate.
+
+With ``cfg.chunks`` a kernel before the attention copies the chunks' prefixes out of the pages into two
+buffers of GQA rows per query token (kernels/kv_cache.py, ``cached_prefix_kernel``): a prefix's keys and
+values read and written once more, against the attention's GQA x 4 FLOP per prefix element and query row.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ from dflash_rocm_plugin.ops.extend_launch import ExtendLaunch
 _data_ptr = torch.Tensor.data_ptr
 
 
+def _buffer(shape: tuple, like: torch.Tensor) -> torch.Tensor:
+    """A buffer of rows a first kernel fills for the attention (rows it does not fill hold anything)."""
+    return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+
 def _aligned(*byte_offsets: int) -> bool:
     """Every offset a multiple of 16 bytes, as TMA copies need their bases and row strides."""
     return functools.reduce(operator.or_, byte_offsets) % 16 == 0
@@ -40,8 +50,8 @@ class Launch:
     """Everything of a call's dense launch that its key decides; the TMA choice waits for the rows'
     addresses (a misaligned base takes pointer loads)."""
 
-    __slots__ = ("cfg", "grid", "ints", "constexprs", "rows", "tma_strides", "qo_strides", "fp8_rows", "_variants",
-                 "_jit")
+    __slots__ = ("cfg", "grid", "ints", "constexprs", "rows", "tma_strides", "qo_strides", "fp8_rows", "prefix",
+                 "prefix_rows", "_variants", "_jit")
 
     def __init__(self, call: AttentionCall, cfg: ExtendLaunch, new_keys: torch.Tensor, new_values: torch.Tensor):
         self.cfg = cfg
@@ -67,12 +77,23 @@ class Launch:
                              dict(HEAD_DIM=d, BLOCK_T=block_t, FP8=fp8, USE_K_SCALE=k_scale is not None,
                                   USE_V_SCALE=v_scale is not None, num_warps=4))
             row_strides = (hkv * d, hkv * d)
+        # With chunks: the launch of the kernel that copies their prefixes into GQA rows per query token.
+        gqa = hq // hkv
+        self.prefix = self.prefix_rows = None
+        if cfg.chunks:
+            block_t = 64
+            self.prefix_rows = (gqa * tokens, hkv * d)
+            kc, vc, table = call.k_cache, call.v_cache, call.block_table
+            self.prefix = ((gqa * tokens // block_t + call.num_seqs, hkv, 1),
+                           (call.num_seqs, *kc.stride()[:3], *vc.stride()[:3], *table.stride(), hkv * d),
+                           dict(HEAD_DIM=d, PAGE_SIZE=kc.shape[1], GQA=gqa, MIN_QUERY=cfg.block_m, BLOCK_T=block_t,
+                                FP8=fp8, num_warps=4))
         self.grid = (hq, tokens // cfg.block_m + call.num_seqs, 1)
         self.ints = (call.scale, call.window, call.num_seqs, q.stride(0), q.stride(1), *row_strides,
-                     out.stride(0), out.stride(1), *scale_strides)
+                     out.stride(0), out.stride(1), *scale_strides, hkv * d)
         self.constexprs = dict(
-            HEAD_DIM=d, GQA=hq // hkv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, MIN_QUERY=cfg.block_m,
-            USE_WINDOW=call.window > 0, USE_SINKS=call.sinks is not None,
+            HEAD_DIM=d, GQA=gqa, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, MIN_QUERY=cfg.block_m,
+            CHUNKS=cfg.chunks, USE_WINDOW=call.window > 0, USE_SINKS=call.sinks is not None,
             USE_K_SCALE=k_scale is not None, USE_V_SCALE=v_scale is not None, UPCAST=upcast,
             DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else None,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
@@ -91,43 +112,59 @@ class Launch:
             self._jit = jit
         found = self._variants.get((kv_desc, qo_desc))
         if found is None:
-            take = None if self.fp8_rows is None else _ATTENTION_POINTERS
-            launches = ((jit, self.grid, take, self.ints,
+            kv_kernels = _runtime.kernels()[1]
+            launches = ((jit, self.grid, _ATTENTION_POINTERS, self.ints,
                          dict(self.constexprs, USE_DESC=kv_desc, DESC_QO=qo_desc)),)
+            if self.prefix is not None:
+                launches = ((kv_kernels.cached_prefix_kernel, *self.prefix[:1], _PREFIX_POINTERS, *self.prefix[1:]),
+                            *launches)
             if self.fp8_rows is not None:
                 grid, ints, constexprs = self.fp8_rows
-                launches = ((_runtime.kernels()[1].cached_rows_kernel, grid, _FP8_ROWS_POINTERS, ints, constexprs),
-                            *launches)
+                launches = ((kv_kernels.cached_rows_kernel, grid, _FP8_ROWS_POINTERS, ints, constexprs), *launches)
             found = self._variants[kv_desc, qo_desc] = (launches, Relauncher(descriptors=kv_desc))
         return found
 
 
 # What each kernel takes of ``launch``'s pointers: (q, q tiles, K rows, V rows, out, out tiles, seq_lens,
-# query_start_loc, sinks, k_scale, v_scale, then over an fp8 cache the host's K and V and the two buffers).
-_ATTENTION_POINTERS = operator.itemgetter(*range(11))
-_FP8_ROWS_POINTERS = operator.itemgetter(11, 12, 13, 14, 9, 10)
+# query_start_loc, sinks, k_scale, v_scale, prefix K and V rows (tensors or tiles), then over an fp8 cache
+# the host's K and V and the two buffers the attention reads, then with chunks the K and V caches, the
+# block table and the two prefix buffers); q stands in for what a call has not.
+_ATTENTION_POINTERS = operator.itemgetter(*range(13))
+_FP8_ROWS_POINTERS = operator.itemgetter(13, 14, 15, 16, 9, 10)
+_PREFIX_POINTERS = operator.itemgetter(17, 18, 19, 6, 7, 20, 21)
 
 
 def launch(prepared: Launch, q: torch.Tensor, out: torch.Tensor, seq_lens: torch.Tensor,
            query_start_loc: torch.Tensor, new_keys: torch.Tensor, new_values: torch.Tensor,
            sinks: torch.Tensor | None, k_scale: torch.Tensor | None = None,
-           v_scale: torch.Tensor | None = None) -> None:
-    """Run a prepared dense launch on this call's tensors (of the shapes it was prepared for)."""
-    rows = ()
+           v_scale: torch.Tensor | None = None, k_cache: torch.Tensor | None = None,
+           v_cache: torch.Tensor | None = None, block_table: torch.Tensor | None = None) -> None:
+    """Run a prepared dense launch on this call's tensors (of the shapes it was prepared for); the cache
+    and block table are read for a launch with chunks."""
+    rows = (q, q, q, q)
     if prepared.fp8_rows is not None:  # the attention reads the buffers the rounding writes
-        k_rows = torch.empty(prepared.rows, dtype=q.dtype, device=q.device)
-        v_rows = torch.empty(prepared.rows, dtype=q.dtype, device=q.device)
+        k_rows, v_rows = _buffer(prepared.rows, q), _buffer(prepared.rows, q)
         rows = (new_keys, new_values, k_rows, v_rows)
         new_keys, new_values = k_rows, v_rows
+    prefix = ()
+    pre_k = pre_v = q
+    if prepared.prefix is not None:  # the attention reads the prefixes' copies
+        pre_k, pre_v = _buffer(prepared.prefix_rows, q), _buffer(prepared.prefix_rows, q)
+        if prepared.fp8_rows is not None:  # bytes, decoded by the copy (a uint8 view has the same strides)
+            k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
+        prefix = (k_cache, v_cache, block_table, pre_k, pre_v)
     keys, values, q_tiles, out_tiles = new_keys, new_values, q, out
     kv_desc = prepared.tma_strides and _aligned(_data_ptr(keys), _data_ptr(values))
     qo_desc = kv_desc and prepared.qo_strides and _aligned(_data_ptr(q), _data_ptr(out))
     if kv_desc:
         from triton.tools.tensor_descriptor import TensorDescriptor
         d = q.shape[2]
-        shape, block = list(prepared.rows), [prepared.cfg.block_n, d]
-        keys = TensorDescriptor(keys, shape, [keys.stride(0), 1], block)
-        values = TensorDescriptor(values, shape, [values.stride(0), 1], block)
+        block = [prepared.cfg.block_n, d]
+        keys = TensorDescriptor(keys, list(prepared.rows), [keys.stride(0), 1], block)
+        values = TensorDescriptor(values, list(prepared.rows), [values.stride(0), 1], block)
+        if prefix:  # fresh buffers: 16-byte aligned, rows of kv_heads * head_dim
+            pre_k = TensorDescriptor(pre_k, list(prepared.prefix_rows), [prepared.prefix_rows[1], 1], block)
+            pre_v = TensorDescriptor(pre_v, list(prepared.prefix_rows), [prepared.prefix_rows[1], 1], block)
         if qo_desc:
             tokens, heads = q.shape[0], q.shape[1] * d
             block = [prepared.cfg.block_m, d]
@@ -136,5 +173,5 @@ def launch(prepared: Launch, q: torch.Tensor, out: torch.Tensor, seq_lens: torch
     launches, relaunch = prepared._launches(kv_desc, qo_desc)
     relaunch(launches, (q, q_tiles, keys, values, out, out_tiles, seq_lens, query_start_loc,
                         q if sinks is None else sinks, q if k_scale is None else k_scale,
-                        q if v_scale is None else v_scale, *rows))
+                        q if v_scale is None else v_scale, pre_k, pre_v, *rows, *prefix))
 
