@@ -206,7 +206,8 @@ step "kernel benchmark, Gemma-4 sliding layers (head_dim 256, window 1024)" "$OU
 step "kernel benchmark, fp8 caches in this GPU's format" "$OUT/bench-fp8.log" \
     dflash-rocm bench --kv fp8 --pages 16 --json "$OUT/bench-fp8.json"
 # The target's calls over an fp8 cache: whole prompts read their own rows, rounded as the write stored them,
-# in the dense kernel (beside their pages-only twin), chunks over an fp8 prefix and decodes from the pages.
+# in the dense kernel (beside their pages-only twin), chunks read a copy of their fp8 prefix there too,
+# decodes read the pages.
 for workload in prefill chunked decode; do
     step "kernel benchmark, $workload over an fp8 cache" "$OUT/bench-fp8-$workload.log" \
         dflash-rocm bench --workload "$workload" --kv fp8 --json "$OUT/bench-fp8-$workload.json"
@@ -230,6 +231,12 @@ step "opt-in fp8 launches: error against the float64 reference" "$OUT/tests-fp8-
 step "launch sweep (stages, tiles, KV splits)" "$OUT/sweep.log" \
     "$PYTHON" benchmarks/sweep.py --out "$OUT/sweep.json" --deadline-s 900 --part variants,splits \
     --variants "amd S=1,amd S=2,amd BN32 S=2,amd W8 S=1,amd ovl S=2,amd M32 S=1,amd M32 S=2,amd M16 S=1"
+# Chunks over a prefix in the dense kernel (a copy of the prefix first) against the same chunks from the pages.
+for kv in bf16 fp8; do
+    step "chunked prefill over a $kv cache: dense chunks against paged ones" "$OUT/ab-dense-chunks-$kv.log" \
+        env -u TRITON_INTERPRET "$PYTHON" benchmarks/launch_ab.py --workload chunked --kv "$kv" \
+        --force-dense chunks=false --json "$OUT/ab-dense-chunks-$kv.json"
+done
 for workload in prefill chunked; do
     step "$workload: query tiles in reverse grid order (heavy_first) against the chosen order" \
         "$OUT/ab-heavy-first-$workload.log" env -u TRITON_INTERPRET "$PYTHON" benchmarks/launch_ab.py \

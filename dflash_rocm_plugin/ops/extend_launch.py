@@ -59,7 +59,8 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     rows per sequence by ``max_query_len``, or None: a call without a bound, or under
     ``DENSE_MIN_QUERY_LEN`` on a GPU (decode, q16 blocks, short prefill chunks; on Hopper, steps of
     ``SHORT_PROMPTS_MIN_TOKENS`` rows go dense from ``SHORT_PROMPTS_MIN_QUERY_LEN``).  Its prompts of at
-    least ``block_m`` tokens run dense.
+    least ``block_m`` tokens run dense, and without a window its chunks of that many tokens over a prefix
+    of at most GQA times as many keys.
 
     H200, causal prefill, TFLOP/s, TMA tiles against the paged kernel's rules in one process
     (benchmarks/NOTES.md, "v14 -> v15").  Qwen3-8B heads (32 / 8 of 128): 128 x 128, 8 warps, 3 stages
@@ -77,6 +78,10 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     113; 128 x 128 at 8 warps 59 / 56 / 61; 128 x 64 at 4 warps 84 / 83 / 87; the paged kernel 92 / 95 / 95.
     Gemma-4's sliding layers (16 / 8 of 256, a 512-key window) keep 128 x 64 (249 / 278 / 267; 64 x 64 262 /
     245 / 274; paged 166 / 166 / 174).
+
+    Chunks over a prefix (``chunks``; "v19 -> v20"): H100, chunked prefill 4 x 2K over 6K / 1 x 8K over 24K,
+    TFLOP/s against the same chunks from the pages in one process: Qwen3-8B heads 541 / 566 (451 / 467), over
+    an fp8 cache 554 / 569 (343 / 370), Qwen3-32B heads 520 / 558 (433 / 467).
 
     Hopper's tiles also load the query tile and store whole output tiles by TMA (``qo_desc``; "v15 -> v16"):
     538 / 465 / 564 at 1 x 8K / 4 x 4K / 1 x 32K against 526 / 476 / 548 without.  Short prompts: 16 x 1K
