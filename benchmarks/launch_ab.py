@@ -76,6 +76,8 @@ def main(argv=None) -> int:
     p.add_argument("--model", default=None, help="heads of this bench model instead of the workload's")
     p.add_argument("--kv", choices=("bf16", "fp8"), default="bf16",
                    help="cache element type: the query dtype, or fp8 (the GPU's own format)")
+    p.add_argument("--window", type=int, default=None, help="a sliding window over every shape")
+    p.add_argument("--sinks", action="store_true", help="attention sinks on every shape")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -91,7 +93,7 @@ def main(argv=None) -> int:
     this = _runtime.kernels()[0]
     kernels = {"chosen": this, "forced": _load_kernels(args.other_kernel) if args.other_kernel else this}
     workload = WORKLOADS[args.workload]
-    shapes = workload.shapes((16,), kv=args.kv)
+    shapes = workload.shapes((16,), kv=args.kv, window=args.window, sinks=args.sinks)
     if args.model:
         shapes = [dataclasses.replace(s, model=args.model) for s in shapes]
     dev = torch.device("cuda")

@@ -13,21 +13,22 @@ diagonal at BLOCK_M / BLOCK_N masked tiles, and the group's programs run side by
 grid's fast axis), so each K/V tile comes from HBM once and from L2 for the rest of the group.
 
 Which sequences it serves: those of at least MIN_QUERY query tokens and no keys before them
-(``paged_attention_kernel`` skips the same ones under its ``EXTEND_MIN_Q``), so a mixed batch of
-decodes, short blocks and whole prompts runs each sequence in one kernel, without the host reading
-lengths.  With CHUNKS also chunks of at least MIN_QUERY tokens over a prefix of at most GQA times as
-many keys (``EXTEND_CHUNKS`` there): their prefix comes as a dense copy that ``cached_prefix_kernel``
-(kernels/kv_cache.py) made from the pages just before, at rows ``GQA * qsl[s]`` on of ``pre_k`` /
-``pre_v``.  (Gathering the prefix from the pages here instead, one program per query head, ran chunked
-prefill at 0.6-0.7x the paged kernel's rate on the H200; a copy costs one read and write of the prefix.)
+(``paged_attention_kernel`` skips the same ones under its ``EXTEND_MIN_Q``), so a mixed batch of decodes,
+short blocks and whole prompts runs each sequence in one kernel, without the host reading lengths. With CHUNKS
+also chunks of at least MIN_QUERY tokens whose prefix holds at most GQA times as many keys that they see
+(under a window its last ``window - 1``; ``EXTEND_CHUNKS`` there): those keys come as a dense copy that
+``cached_prefix_kernel`` (kernels/kv_cache.py) made from the pages just before, at rows ``GQA * qsl[s]`` on of
+``pre_k`` / ``pre_v``. (Gathering the prefix from the pages here instead, one program per query head, ran
+chunked prefill at 0.6-0.7x the paged kernel's rate on the H200; a copy costs one read and write of the
+prefix.)
 
-Key order per program: a chunk's prefix (all visible; its last tile masked at the prefix's end), the
-block's keys left of the tile's first query (all visible), then the tiles on the diagonal (masked).  Rows of ``new_k`` / ``new_v`` past a sequence's tokens (the next sequence's, or
-padding that may hold anything) only enter masked tiles: their scores are masked and their values
-zeroed before they meet a visible row.  Under a sliding window (key ``j`` visible to query ``p`` iff
-``p - j < window``, as in the paged kernel) the keys start at the window's lower edge (masked tiles up
-to the last row's window); no key left of the first row's window is loaded.
-Sinks seed the running max and denominator.
+Key order per program: a chunk's prefix (all visible, its last tile masked at the prefix's end; under a window
+its tiles the tile's rows see, masked), the block's keys left of the tile's first query (all visible), then the tiles on the diagonal (masked). Rows of ``new_k``
+/ ``new_v`` past a sequence's tokens (the next sequence's, or padding that may hold anything) only enter
+masked tiles: their scores are masked and their values zeroed before they meet a visible row. Under a sliding
+window (key ``j`` visible to query ``p`` iff ``p - j < window``, as in the paged kernel) the keys start at the
+window's lower edge (masked tiles up to the last row's window); no key left of the first row's window is
+loaded. Sinks seed the running max and denominator.
 
 Over an fp8 cache the rows come as the values the cache stores for them before their scale
 (``cached_rows_kernel`` in kernels/kv_cache.py, in q's dtype): K's scale joins the softmax's and V's
@@ -68,8 +69,8 @@ def _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, strid
     # Keys n0 .. n0 + BLOCK_N - 1 of the block itself (rows q_start + n0 ... of new_k / new_v); key i of
     # the block is query token i.  Only a DIAGONAL tile can reach past the sequence's tokens; a WINDOW_EDGE
     # tile lies left of the block's first query and only the window hides some of its keys.  A chunk's
-    # prefix comes through here too, as a block of q_len keys every query sees: only its PREFIX_END tile
-    # reaches past them.
+    # prefix comes through here too, as q_len keys ending just before the block's first: only a PREFIX_END
+    # tile reaches past them, or under a window meets the window's edge.
     keys = n0 + tl.arange(0, BLOCK_N)
     key_ok = keys < q_len
     if USE_DESC:
@@ -93,6 +94,8 @@ def _block_tile(acc, l_i, m_i, q, n0, q_start, q_len, q_tok, new_k, new_v, strid
     qk = tl.dot(q, k, input_precision=DOT_PRECISION)
     if PREFIX_END:
         visible = key_ok[None, :]
+        if USE_WINDOW:  # key n of the prefix is q_len - n keys before the block's first
+            visible = visible & ((q_tok[:, None] + q_len - keys[None, :]) < window)
     else:
         visible = keys[None, :] <= q_tok[:, None]
         if USE_WINDOW:
@@ -123,9 +126,12 @@ def extend_attention_kernel(
     if (local_tile * BLOCK_M >= q_len) | (q_len < MIN_QUERY):
         return
     prefix = tl.load(seq_lens_ptr + seq) - q_len
+    kept = prefix  # the prefix's keys some query of the block sees: its copy's rows
+    if USE_WINDOW:
+        kept = tl.minimum(prefix, window - 1)
     if CHUNKS:
-        if prefix > GQA * q_len:
-            return  # a longer prefix than its copy's rows hold: the paged kernel serves it
+        if kept > GQA * q_len:
+            return  # more than its copy's rows hold: the paged kernel serves it
     elif prefix != 0:
         return  # keys before the block: the paged kernel serves it
     kv_head = head // GQA
@@ -160,20 +166,28 @@ def extend_attention_kernel(
         l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
 
-    if CHUNKS:
-        # The prefix, every key visible to every row (no window: the host sets CHUNKS without one).
-        pre_row = GQA * q_start
-        pre_full = prefix // BLOCK_N * BLOCK_N
-        for n0 in range(0, pre_full, BLOCK_N):
-            acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, n0, pre_row, prefix, q_tok, pre_k, pre_v, stride_pt,
-                                        stride_pt, kv_col, scale, window, dims, BLOCK_N, False, False,
-                                        False, USE_DESC, UPCAST, DOT_PRECISION)
-        if pre_full < prefix:
-            acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, pre_full, pre_row, prefix, q_tok, pre_k, pre_v, stride_pt,
-                                        stride_pt, kv_col, scale, window, dims, BLOCK_N, False, False,
-                                        False, USE_DESC, UPCAST, DOT_PRECISION, True)
-
     diag = local_tile * BLOCK_M
+    if CHUNKS:
+        # The prefix's copy, its rows from GQA * q_start on.
+        pre_row = GQA * q_start
+        if USE_WINDOW:
+            # The last window - 1 keys, each tile masked: from the first the tile's first row sees.
+            for n0 in range(tl.maximum(diag + kept - window + 1, 0) // BLOCK_N * BLOCK_N, kept, BLOCK_N):
+                acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, n0, pre_row, kept, q_tok, pre_k, pre_v, stride_pt,
+                                            stride_pt, kv_col, scale, window, dims, BLOCK_N, False, False,
+                                            True, USE_DESC, UPCAST, DOT_PRECISION, True)
+        else:
+            # Every key visible to every row; the last tile masked where the prefix ends.
+            pre_full = kept // BLOCK_N * BLOCK_N
+            for n0 in range(0, pre_full, BLOCK_N):
+                acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, n0, pre_row, kept, q_tok, pre_k, pre_v, stride_pt,
+                                            stride_pt, kv_col, scale, window, dims, BLOCK_N, False, False,
+                                            False, USE_DESC, UPCAST, DOT_PRECISION)
+            if pre_full < kept:
+                acc, l_i, m_i = _block_tile(acc, l_i, m_i, q, pre_full, pre_row, kept, q_tok, pre_k, pre_v,
+                                            stride_pt, stride_pt, kv_col, scale, window, dims, BLOCK_N, False,
+                                            False, False, USE_DESC, UPCAST, DOT_PRECISION, True)
+
     full_lo = 0
     if USE_WINDOW:
         # Keys every row of the tile sees start at its last row's window; from its first row's window

@@ -108,33 +108,39 @@ def cached_rows_kernel(
 @triton.jit
 def cached_prefix_kernel(
     k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, k_rows_ptr, v_rows_ptr,
-    num_seqs, stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, stride_bt, stride_bp, stride_rt,
+    window, num_seqs, stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, stride_bt, stride_bp,
+    stride_rt,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, GQA: tl.constexpr, MIN_QUERY: tl.constexpr,
-    BLOCK_T: tl.constexpr, FP8: tl.constexpr,
+    USE_WINDOW: tl.constexpr, BLOCK_T: tl.constexpr, FP8: tl.constexpr,
 ):
-    """The keys and values cached before each chunk the dense prefill kernel serves -- at least MIN_QUERY
-    query tokens over a prefix of at most GQA times as many keys -- copied out of the pages into the
-    chunk's own GQA rows per query token: sequence s's prefix position p goes to row ``GQA * qsl[s] + p`` of
-    ``[GQA * tokens, kv_heads * head_dim]`` buffers, so no program needs another sequence's lengths and
+    """The keys and values cached before each chunk the dense prefill kernel serves, copied out of the
+    pages: of a chunk of at least MIN_QUERY query tokens, its prefix's keys any of them sees (all of them,
+    or under a sliding window the last ``window - 1``), when they are at most GQA times its tokens.  They go
+    to the chunk's own GQA rows per query token: the i-th kept key of sequence s to row ``GQA * qsl[s] + i``
+    of ``[GQA * tokens, kv_heads * head_dim]`` buffers, so no program needs another sequence's lengths and
     the buffers never hold more than the call's queries do.  fp8 caches arrive as bytes and leave as
-    their exact values, before their scale (as ``cached_rows_kernel``'s).  One program: BLOCK_T prefix
-    positions of one sequence and one KV head."""
+    their exact values, before their scale (as ``cached_rows_kernel``'s).  One program: BLOCK_T kept
+    keys of one sequence and one KV head."""
     head = tl.program_id(1)
     tile = tl.program_id(0)
     seq = _find_sequence(query_start_loc_ptr, tile, num_seqs, BLOCK_T, GQA)
     q_start = tl.load(query_start_loc_ptr + seq)
     q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
     prefix = tl.load(seq_lens_ptr + seq) - q_len
+    kept = prefix
+    if USE_WINDOW:
+        kept = tl.minimum(prefix, window - 1)
     first = (tile - (GQA * q_start // BLOCK_T + seq)) * BLOCK_T
-    if (q_len < MIN_QUERY) | (prefix > GQA * q_len) | (first >= prefix):
+    if (q_len < MIN_QUERY) | (kept > GQA * q_len) | (first >= kept):
         return
-    pos = first + tl.arange(0, BLOCK_T)
-    ok = pos < prefix
+    i = first + tl.arange(0, BLOCK_T)
+    ok = i < kept
+    pos = prefix - kept + i  # the key's position in its sequence
     dims = tl.arange(0, HEAD_DIM)
     page = tl.load(block_table_ptr + seq.to(tl.int64) * stride_bt + (pos // PAGE_SIZE) * stride_bp, mask=ok,
                    other=0).to(tl.int64)
     slot = (pos % PAGE_SIZE).to(tl.int64)
-    rows = (GQA * q_start + pos).to(tl.int64)[:, None] * stride_rt + head * HEAD_DIM + dims[None, :]
+    rows = (GQA * q_start + i).to(tl.int64)[:, None] * stride_rt + head * HEAD_DIM + dims[None, :]
     k = tl.load(k_cache_ptr + (page * stride_kcb + slot * stride_kcs + head * stride_kch)[:, None] + dims[None, :],
                 mask=ok[:, None])
     if FP8:

@@ -43,7 +43,7 @@ Optional per-call features, all compile-time switches so the plain kernel is unc
   * EXTEND_MIN_Q: prompts of at least that many tokens with nothing cached before them are left
     to ``extend_attention_kernel``, which reads their keys from the host's dense new K/V; with
     EXTEND_CHUNKS also chunks of that many tokens over a prefix of at most GQA times as many keys
-    (which it reads from a dense copy).
+    (which it reads from a dense copy; under a window only the prefix's last window - 1 keys count).
 
 The key loop runs in two phases (as in Triton's fused-attention tutorial): the
 tiles every row of the program may fully see run without any mask; the few
@@ -397,7 +397,10 @@ def paged_attention_kernel(
     if EXTEND_MIN_Q:
         # kernels/extend_attention.py serves these from dense K/V (the same test there)
         if EXTEND_CHUNKS:
-            if (q_len >= EXTEND_MIN_Q) & (seq_len - q_len <= GQA * q_len):
+            kept = seq_len - q_len  # the prefix's keys a query of the chunk sees
+            if USE_WINDOW:
+                kept = tl.minimum(kept, window - 1)
+            if (q_len >= EXTEND_MIN_Q) & (kept <= GQA * q_len):
                 return
         elif (q_len >= EXTEND_MIN_Q) & (seq_len == q_len):
             return

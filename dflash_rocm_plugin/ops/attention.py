@@ -73,10 +73,10 @@ def paged_attention(
             (sequences with nothing cached before this step's tokens) read their keys from them
             instead of gathering them from the pages, which is faster; the result is the same
             (``support.extend_problem`` says which calls qualify, ``extend_launch.choose_extend``
-            from which prompt length).  So do the chunks of such a call over a prefix of at most
-            GQA times their own tokens (no sliding window), whose prefix the call first copies out
-            of the pages into two buffers of GQA rows per query token it allocates (the memory of q
-            and out together).
+            from which prompt length).  So do the chunks of such a call whose prefix holds at most
+            GQA times their own tokens in keys they see (under a sliding window its last
+            ``window - 1``): the call first copies those out of the pages into two buffers of GQA
+            rows per query token it allocates (the memory of q and out together).
 
     Returns:
         ``out``: ``[num_tokens, num_q_heads, head_dim]`` in ``q.dtype``.

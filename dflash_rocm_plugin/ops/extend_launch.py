@@ -19,8 +19,9 @@ class ExtendLaunch:
     num_stages: int
     use_desc: bool      # Hopper and later: the block's K/V tiles by TMA copies
     qo_desc: bool = False  # ... and its query tile and (whole tiles') output by TMA copies too
-    # Chunks over a prefix of at most GQA times their tokens too, reading a dense copy of the prefix that a
-    # first kernel makes (kernels/kv_cache.py, ``cached_prefix_kernel``); not under a sliding window.
+    # Chunks whose prefix holds at most GQA times their tokens in keys they see (under a sliding window its
+    # last window - 1) too, reading a dense copy of those that a first kernel makes (kernels/kv_cache.py,
+    # ``cached_prefix_kernel``).
     chunks: bool = False
 
 
@@ -59,8 +60,8 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     rows per sequence by ``max_query_len``, or None: a call without a bound, or under
     ``DENSE_MIN_QUERY_LEN`` on a GPU (decode, q16 blocks, short prefill chunks; on Hopper, steps of
     ``SHORT_PROMPTS_MIN_TOKENS`` rows go dense from ``SHORT_PROMPTS_MIN_QUERY_LEN``).  Its prompts of at
-    least ``block_m`` tokens run dense, and without a window its chunks of that many tokens over a prefix
-    of at most GQA times as many keys.
+    least ``block_m`` tokens run dense, and its chunks of that many tokens over a prefix of at most GQA
+    times as many keys they see (under a window its last ``window - 1``).
 
     H200, causal prefill, TFLOP/s, TMA tiles against the paged kernel's rules in one process
     (benchmarks/NOTES.md, "v14 -> v15").  Qwen3-8B heads (32 / 8 of 128): 128 x 128, 8 warps, 3 stages
@@ -106,9 +107,9 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
             cfg = ExtendLaunch(128, 64, 4, 2, True, True)
             least = SHORT_PROMPTS_MIN_QUERY_LEN
     # A chunk's prefix copy holds GQA rows per query token, K and V: no more memory than the call's q and
-    # out (what the host's own profile of a step's activations saw), so a long prefix under a short chunk
-    # stays paged.  Under a window a chunk reads only the window's end of its prefix: paged.
-    cfg = dataclasses.replace(cfg, chunks=not window)
+    # out, so a long prefix under a short chunk stays paged.  On gfx94x a 256-wide window tile takes 252 of
+    # the 256 registers a lane has; its windowed prefix's masks spill one (tests/core/test_offline_compile.py).
+    cfg = dataclasses.replace(cfg, chunks=not (window and wide and arch.startswith("gfx94")))
     if 0 < window <= SMALL_WINDOW and arch != "cpu":
         cfg = dataclasses.replace(cfg, block_m=64, block_n=min(cfg.block_n, 64), num_warps=4,
                                   num_stages=3 if cfg.use_desc else cfg.num_stages)

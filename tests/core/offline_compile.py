@@ -217,10 +217,11 @@ def extend(arch: str, cfg, *, num_q_heads: int, num_kv_heads: int, head_dim: int
         cache = "u8" if fp8 else dtype
         page = 16 * hkv * d
         values = dict(k_cache_ptr=f"*{cache}", v_cache_ptr=f"*{cache}", block_table_ptr="*i32", seq_lens_ptr="*i32",
-                      query_start_loc_ptr="*i32", k_rows_ptr=f"*{dtype}", v_rows_ptr=f"*{dtype}", num_seqs=3,
-                      stride_kcb=page, stride_kcs=hkv * d, stride_kch=d, stride_vcb=page, stride_vcs=hkv * d,
-                      stride_vch=d, stride_bt=512, stride_bp=1, stride_rt=hkv * d)
-        consts = dict(HEAD_DIM=d, PAGE_SIZE=16, GQA=hq // hkv, MIN_QUERY=cfg.block_m, BLOCK_T=64, FP8=fp8)
+                      query_start_loc_ptr="*i32", k_rows_ptr=f"*{dtype}", v_rows_ptr=f"*{dtype}", window=128,
+                      num_seqs=3, stride_kcb=page, stride_kcs=hkv * d, stride_kch=d, stride_vcb=page,
+                      stride_vcs=hkv * d, stride_vch=d, stride_bt=512, stride_bp=1, stride_rt=hkv * d)
+        consts = dict(HEAD_DIM=d, PAGE_SIZE=16, GQA=hq // hkv, MIN_QUERY=cfg.block_m, USE_WINDOW=window, BLOCK_T=64,
+                      FP8=fp8)
         compiled.insert(len(compiled) - 1,
                         _compile(arch, _signature(kv_cache.cached_prefix_kernel, values, consts), 4, 1))
     return compiled

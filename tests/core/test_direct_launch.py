@@ -433,8 +433,8 @@ def _dense(window=0, sinks=False, fp8=False, chunks=False):
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(window=24, sinks=True), dict(fp8=True, sinks=True), dict(chunks=True),
-                                dict(chunks=True, fp8=True)],
-                         ids=["plain", "window-sinks", "fp8", "chunks", "chunks-fp8"])
+                                dict(chunks=True, fp8=True), dict(chunks=True, window=24)],
+                         ids=["plain", "window-sinks", "fp8", "chunks", "chunks-fp8", "chunks-window"])
 def test_dense_launch_fixed_arguments_are_what_tritons_binder_passes(kw):
     """Every kernel of the dense launch (over an fp8 cache the rows' rounding first, with chunks the
     prefixes' copy next) gets, from the call's pointers, the ones its parameters name, and the fixed
@@ -472,6 +472,7 @@ def test_dense_launch_fixed_arguments_are_what_tritons_binder_passes(kw):
             assert named["block_table_ptr"] is call.block_table and named["seq_lens_ptr"] is call.seq_lens
             assert named["k_rows_ptr"] is pre_k and named["v_rows_ptr"] is pre_v
             assert constexprs["GQA"] == 2 and constexprs["MIN_QUERY"] == 32 and constexprs["FP8"] == int(bool(kw.get("fp8")))
+            assert constexprs["USE_WINDOW"] == bool(kw.get("window")) and ints[0] == kw.get("window", 0)
         elif "key_ptr" in named:   # the rows' rounding: the host's rows in, the buffers out
             assert named["key_ptr"] is keys and named["value_ptr"] is values
             assert named["k_rows_ptr"] is rows[2] and named["v_rows_ptr"] is rows[3]

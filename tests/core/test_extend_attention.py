@@ -128,16 +128,40 @@ def test_chunks_over_prefixes_on_tma_tiles(qo_desc):
               sinks=torch.tensor([0.5, -1.0, 2.0, 0.0]))
 
 
-def test_chunks_stay_paged_under_a_window_or_when_forced(extend_launches):
-    # A window's chunk reads only the window's end of its prefix (paged); forced off, chunks go paged too.
+def test_chunks_stay_paged_when_forced(extend_launches):
     case = build([LONG + 20, 50], [LONG, 50])
     keys, values = new_kv(case)
-    for kw in (dict(sliding_window=LONG + 30), {}):
-        with extend_launch.forced_extend(**({} if kw else dict(chunks=False))):
-            check(case, **kw)
-            honest, skewed = run(case, keys, values, **kw), run(case, keys, values * 2.0, **kw)
-        assert torch.equal(skewed[:LONG], honest[:LONG])
+    with extend_launch.forced_extend(chunks=False):
+        check(case)
+        honest, skewed = run(case, keys, values), run(case, keys, values * 2.0)
+    assert torch.equal(skewed[:LONG], honest[:LONG])
     assert extend_launches
+
+
+@pytest.mark.parametrize("window", [1, 2, 15, 16, 17, LONG, LONG + 1, 3 * LONG, 500])
+def test_chunks_under_windows_read_the_windows_part_of_their_prefix(window, extend_launches):
+    # Windows under, at and over the 16-key tiles: a chunk copies only its prefix's last window - 1 keys, so
+    # a prefix far past GQA x the chunk still goes dense once the window is short (the third chunk); the
+    # edge runs through the copy's tiles, masked, and on into the block's own keys.
+    case = build([LONG + 20, 2 * LONG + 9 + 40, 300 + LONG, 3 * LONG], [LONG, 2 * LONG + 9, LONG, 3 * LONG],
+                 num_q_heads=4, num_kv_heads=2)
+    check(case, sliding_window=window)
+    keys, values = new_kv(case)
+    honest, skewed = run(case, keys, values, sliding_window=window), run(case, keys, values * 2.0,
+                                                                         sliding_window=window)
+    third = slice(3 * LONG + 9, 4 * LONG + 9)
+    assert torch.equal(skewed[third], honest[third]) == (window - 1 > 2 * LONG), "the third chunk's path"
+    assert extend_launches
+
+
+def test_gpt_oss_chunks_with_sinks_in_both_layer_kinds(extend_launches):
+    # gpt-oss: sinks everywhere, every other layer a window; chunks over prefixes longer than the window.
+    case = build([2 * LONG + 100, 3 * LONG + 7 + 60, 70], [2 * LONG, 3 * LONG + 7, 70], num_q_heads=16,
+                 num_kv_heads=2, head_dim=64)
+    sinks = torch.randn(16, generator=torch.Generator().manual_seed(5))
+    check(case, sinks=sinks)
+    check(case, sinks=sinks, sliding_window=LONG + 3)
+    assert len(extend_launches) == 2
 
 
 def test_mixed_batch_of_decodes_blocks_and_prefill_chunks(extend_launches):

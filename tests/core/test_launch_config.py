@@ -349,6 +349,6 @@ def test_dense_prompts_launch_only_where_the_host_cost_is_hidden(monkeypatch, ar
     small = extend_launch.choose_extend(head_dim=64, max_query_len=least, device_index=0, window=128)
     assert (small.block_m, small.block_n, small.num_warps, small.use_desc) == (64, 64, 4, tma)
     windowed = extend_launch.choose_extend(head_dim=256, max_query_len=least, device_index=0, window=512)
-    assert windowed == dataclasses.replace(wide, chunks=False)
-    # Chunks over a prefix go dense with every launch but a window's (it reads its prefix's end paged).
-    assert cfg.chunks and wide.chunks and not small.chunks
+    # Chunks over a prefix go dense with every launch but gfx94x's 256-wide windowed tile (it would spill).
+    assert windowed == dataclasses.replace(wide, chunks=not arch.startswith("gfx94"))
+    assert cfg.chunks and wide.chunks and small.chunks

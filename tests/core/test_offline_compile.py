@@ -422,8 +422,10 @@ def test_dense_kv_prefill_launch_compiles_for_every_gpu(monkeypatch):
                                         window=window > 0)))
     for job, result in zip(jobs, offline_compile.run(jobs)):
         assert "error" not in result, (job, result)
-        # Without a window the launch serves chunks too: the prefixes' copy, then the attention.
-        assert len(result) == (1 if job["shape"]["window"] else 2), (job, result)
+        # The launch serves chunks too: the prefixes' copy, then the attention (but for gfx94x's 256-wide
+        # windowed tiles, whose windowed prefix would spill).
+        wide_window = job["arch"].startswith("gfx94") and job["shape"]["window"] and job["shape"]["head_dim"] > 128
+        assert len(result) == (1 if wide_window else 2), (job, result)
         for kernel in result:
             assert kernel["shared"] <= offline_compile.SHARED_LIMIT[job["arch"]], (job, kernel)
             assert kernel["vgpr_spills"] == 0, (job, kernel)

@@ -71,6 +71,13 @@ def load_requests(count: int, max_prompt: int, max_output: int) -> list[list[dic
     return [[{"prompt": _tokens(rng, n), "max_tokens": rng.randint(2, max_output)} for n in lengths]]
 
 
+def chunked_prompt_requests() -> list[list[dict]]:
+    """A 200-token prompt, prefilled in chunks of a 64-token budget: 64 whole, 64 over 64 and 64 over 128
+    (at most GQA = 2 times the chunk: the dense kernel, the prefix copied), then 8 over 192 (paged)."""
+    rng = random.Random(1805)
+    return [[{"prompt": _tokens(rng, 200), "max_tokens": 24}]]
+
+
 def long_request(max_tokens: int) -> list[list[dict]]:
     rng = random.Random(1804)
     return [[{"prompt": _tokens(rng, 20), "max_tokens": max_tokens}]]

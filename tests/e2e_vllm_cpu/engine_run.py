@@ -155,13 +155,22 @@ def install_probes(rec: dict) -> None:
     timed(ops, "write_kv_cache", lambda a, k, r: count("write_kv_cache"))
 
     from dflash_rocm_plugin.ops.backends import triton_extend
-    dense = rec["ops_dense"] = {"launches": 0, "with_sinks": 0, "windowed": 0}
+    dense = rec["ops_dense"] = {"launches": 0, "with_sinks": 0, "windowed": 0, "chunks": 0, "chunks_paged": 0}
 
     def on_dense(args, kwargs, result):
-        # launch(prepared, q, out, seq_lens, query_start_loc, new_keys, new_values, sinks)
+        # launch(prepared, q, out, seq_lens, query_start_loc, new_keys, new_values, sinks, ...)
+        prepared, q, _, seq_lens, qsl, new_keys = args[:6]
         dense["launches"] += 1
-        dense["with_sinks"] += args[0].constexprs["USE_SINKS"]
-        dense["windowed"] += args[0].constexprs["USE_WINDOW"]
+        dense["with_sinks"] += prepared.constexprs["USE_SINKS"]
+        dense["windowed"] += prepared.constexprs["USE_WINDOW"]
+        # Sequences over a prefix with enough queries for the dense kernel: served there (their prefix
+        # copied) when the prefix is at most GQA x their queries, else by the paged kernel.
+        q_lens = (qsl[1:] - qsl[:-1]).cpu()
+        prefix = seq_lens.cpu() - q_lens
+        long_chunk = (q_lens >= prepared.cfg.block_m) & (prefix > 0)
+        fits = prefix <= (q.shape[1] // new_keys.shape[1]) * q_lens
+        dense["chunks"] += int((long_chunk & fits).sum()) if prepared.cfg.chunks else 0
+        dense["chunks_paged"] += int((long_chunk & ~fits).sum()) if prepared.cfg.chunks else int(long_chunk.sum())
 
     _wrap(triton_extend, "launch", on_dense)
 

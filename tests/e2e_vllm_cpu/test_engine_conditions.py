@@ -17,6 +17,9 @@ covering every prompt.
   for every request; drafts accepted;
 * long run: one request of ``LONG_TOKENS`` generated tokens: no error, lossless, and every draft
   proposal equals the one vLLM's CPU attention makes on the same run;
+* chunked prompt: a 200-token prompt prefilled in 64-token chunks, the chunks over a prefix of at most
+  GQA times their tokens on the dense kernel (their prefix copied out of the poisoned pages): lossless,
+  drafts accepted;
 * tensor parallel 2 (random tiny pair: 4 query / 2 KV heads, so each rank serves 2 query heads over
   1 KV head): lossless against the non-speculative TP=1 and TP=2 runs, and both spawned ranks
   ran the plugin's ops at the per-rank geometry, causal and non-causal.
@@ -47,7 +50,8 @@ PREFIX = conditions.prefix_waves()
 PREEMPT = conditions.preemption_requests()
 LOAD = conditions.load_requests(LOAD_REQUESTS, LOAD_PROMPT_TOKENS, 8)
 LONG = conditions.long_request(LONG_TOKENS)
-REFERENCE = conditions.reference_requests(PREFIX, PREEMPT, LOAD, LONG)
+CHUNKED = conditions.chunked_prompt_requests()
+REFERENCE = conditions.reference_requests(PREFIX, PREEMPT, LOAD, LONG, CHUNKED)
 
 
 def _engine(**kwargs) -> tuple:
@@ -75,6 +79,10 @@ RUNS = {
                                                          max_num_seqs=LOAD_REQUESTS,
                                                          max_model_len=LOAD_MODEL_LEN))),
     "long": Run(True, **DISTILLED, requests=LONG, args=_plugin_engine(max_model_len=LONG_TOKENS + 64)),
+    "chunked_prompt": Run(True, **DISTILLED, requests=CHUNKED,
+                          args=("--poison", "new", *_plugin_engine(
+                              enable_chunked_prefill=True, max_num_batched_tokens=64, max_num_seqs=1,
+                              max_model_len=256))),
     "long_cpu_attn": Run(False, **DISTILLED, requests=LONG, args=_engine(max_model_len=LONG_TOKENS + 64)),
 }
 # Two ranks bound to the two cores: run one at a time, after the others (spinning ranks beside
@@ -170,6 +178,17 @@ def test_long_run_is_lossless_and_drafts_like_vllms_own_attention(runs):
     assert run["outputs"] == _expected(runs, LONG) == theirs["outputs"]
     assert run["drafts"] == theirs["drafts"]
     assert _accepted(run) > 0 and run["metrics"] == theirs["metrics"]
+
+
+def test_chunked_prompt_reads_its_prefix_copies_on_the_dense_kernel_losslessly(runs):
+    run = runs.get("chunked_prompt")
+    _on_plugin(run)
+    _poisoned(run)
+    assert run["outputs"] == _expected(runs, CHUNKED)
+    assert _accepted(run) > 0
+    # Chunks 2 and 3 over their prefix in each of the 4 target layers; the last, short chunk stays paged.
+    dense = run["ops_dense"]
+    assert dense["chunks"] >= 2 * 4, dense
 
 
 def test_tensor_parallel_2_is_lossless_and_each_rank_runs_the_plugin(tp_runs, engine_runs):

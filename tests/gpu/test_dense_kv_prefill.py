@@ -151,7 +151,8 @@ FEATURES = {
 
 
 @pytest.mark.parametrize("feature", list(FEATURES))
-@pytest.mark.parametrize("name", ["1x4K prompt", "short prompts beside a long one", "mixed"])
+@pytest.mark.parametrize("name", ["1x4K prompt", "short prompts beside a long one", "mixed",
+                                  "chunks at and past the prefix bound"])
 @pytest.mark.parametrize("tma", [True, False], ids=["tma", "pointers"])
 def test_dense_kv_prefill_with_sinks_and_windows_matches_float64(feature, name, tma):
     (hq, hkv, d), kw = FEATURES[feature]

@@ -1,7 +1,7 @@
 """The dense-K/V prefill kernel's launch (kernels/extend_attention.py), prepared once per call key.
 
 It serves the call's whole prompts of at least ``cfg.block_m`` tokens, and with ``cfg.chunks`` its chunks
-of that many tokens over a prefix of at most GQA times as many keys; the paged kernel, launched first for
+of that many tokens over a prefix of at most GQA times as many keys they see; the paged kernel, launched first for
 the same call with ``EXTEND_MIN_Q`` (and ``EXTEND_CHUNKS``) set, serves the rest.  The order matters only where the
 paged launch splits its keys (possible under the interpreter's short tiles): its merge then writes
 every row, and this launch's rows overwrite the prompts'.
@@ -16,9 +16,10 @@ scale, into two dense buffers of q's dtype (kernels/kv_cache.py, ``cached_rows_k
 element read and written, ~2 % of a 1 x 8K prompt's attention), and the prompts read those: the answer the
 paged kernel would give from the cache, at the dense kernel's rate.
 
-With ``cfg.chunks`` a kernel before the attention copies the chunks' prefixes out of the pages into two
-buffers of GQA rows per query token (kernels/kv_cache.py, ``cached_prefix_kernel``): a prefix's keys and
-values read and written once more, against the attention's GQA x 4 FLOP per prefix element and query row.
+With ``cfg.chunks`` a kernel before the attention copies the keys the chunks see of their prefixes (under a
+window its last ``window - 1``) out of the pages into two buffers of GQA rows per query token
+(kernels/kv_cache.py, ``cached_prefix_kernel``): a prefix's keys and values read and written once more,
+against the attention's GQA x 4 FLOP per prefix element and query row.
 """
 
 from __future__ import annotations
@@ -85,9 +86,9 @@ class Launch:
             self.prefix_rows = (gqa * tokens, hkv * d)
             kc, vc, table = call.k_cache, call.v_cache, call.block_table
             self.prefix = ((gqa * tokens // block_t + call.num_seqs, hkv, 1),
-                           (call.num_seqs, *kc.stride()[:3], *vc.stride()[:3], *table.stride(), hkv * d),
-                           dict(HEAD_DIM=d, PAGE_SIZE=kc.shape[1], GQA=gqa, MIN_QUERY=cfg.block_m, BLOCK_T=block_t,
-                                FP8=fp8, num_warps=4))
+                           (call.window, call.num_seqs, *kc.stride()[:3], *vc.stride()[:3], *table.stride(), hkv * d),
+                           dict(HEAD_DIM=d, PAGE_SIZE=kc.shape[1], GQA=gqa, MIN_QUERY=cfg.block_m,
+                                USE_WINDOW=call.window > 0, BLOCK_T=block_t, FP8=fp8, num_warps=4))
         self.grid = (hq, tokens // cfg.block_m + call.num_seqs, 1)
         self.ints = (call.scale, call.window, call.num_seqs, q.stride(0), q.stride(1), *row_strides,
                      out.stride(0), out.stride(1), *scale_strides, hkv * d)
