@@ -123,9 +123,11 @@ def test_chunks_over_prefixes_on_page_sizes(block_size):
 
 @pytest.mark.parametrize("qo_desc", [False, True], ids=["kv-tiles", "q-kv-out-tiles"])
 def test_chunks_over_prefixes_on_tma_tiles(qo_desc):
+    case = build([1, LONG + 21, 2 * LONG + 9, 90, 3 * LONG + 70], [1, LONG, 2 * LONG + 9, 45, 2 * LONG],
+                 num_q_heads=4, num_kv_heads=2)
     with extend_launch.forced_extend(use_desc=True, qo_desc=qo_desc):
-        check(build([1, LONG + 21, 2 * LONG + 9, 90], [1, LONG, 2 * LONG + 9, 45], num_q_heads=4, num_kv_heads=2),
-              sinks=torch.tensor([0.5, -1.0, 2.0, 0.0]))
+        check(case, sinks=torch.tensor([0.5, -1.0, 2.0, 0.0]))
+        check(case, sliding_window=LONG + 9)
 
 
 def test_chunks_stay_paged_when_forced(extend_launches):
