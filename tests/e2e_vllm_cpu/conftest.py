@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e_vllm_cpu import tiny_checkpoints
+from tests.e2e_vllm_cpu import conditions, tiny_checkpoints
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_PLUGIN_DIR = Path(__file__).resolve().parent / "cpu_engine_plugin"
@@ -132,6 +132,9 @@ WINDOW_RUN = ("--num-spec", str(tiny_checkpoints.WINDOW_DRAFT_BLOCK - 1))
 FP8_RUN = ("--kv-cache-dtype", "fp8")
 HYBRID_RUN = ("--dtype", "bfloat16", "--no-prefix-caching")
 GPTOSS_BF16 = ("--dtype", "bfloat16")
+GPTOSS_CHUNKED = conditions.chunked_prompt_requests()
+GPTOSS_CHUNKED_RUN = ("--poison", "new", "--block-size", str(conditions.BLOCK), "--engine", json.dumps(dict(
+    enable_chunked_prefill=True, max_num_batched_tokens=64, max_num_seqs=1, max_model_len=256)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +181,10 @@ VARIANTS = {
     "cpu_attn_gptoss_dflash": Run(False, "gptoss_draft", "gptoss_target", args=GPTOSS_BF16),
     "plugin_gptoss_dflash_fp32": Run(True, "gptoss_draft", "gptoss_target"),
     "cpu_attn_gptoss_dflash_fp32": Run(False, "gptoss_draft", "gptoss_target"),
+    # A 200-token prompt prefilled in 64-token chunks, in float32: against CPU_ATTN's whole prompt.
+    "plugin_gptoss_chunked_fp32": Run(True, "gptoss_draft", "gptoss_target", requests=GPTOSS_CHUNKED,
+                                      args=GPTOSS_CHUNKED_RUN),
+    "cpu_attn_gptoss_long_prompt_fp32": Run(False, target="gptoss_target", requests=GPTOSS_CHUNKED),
 }
 MAX_TOKENS = 8  # the Triton interpreter costs about 1 s per engine step at this size
 

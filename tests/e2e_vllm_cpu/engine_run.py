@@ -15,7 +15,8 @@ no engine-core subprocess) so the probes below see every call:
 * ``ops_calls``: ``dflash_rocm_plugin.ops.paged_attention`` calls by ``causal`` flag;
   ``ops_sinks``: those that passed ``sinks`` (and with a sliding window), and each distinct
   sinks vector they passed; ``ops_dense``: launches of the dense-K/V prefill kernel (whole prompts
-  read from the step's own K/V), and those with sinks and with a sliding window;
+  read from the step's own K/V), and those with sinks and with a sliding window; the chunks over a
+  prefix it served (from a copy of the prefix), those under a window, and the chunks left paged;
 * ``metrics``: the engine's spec-decode counters; ``outputs``: greedy token ids per prompt;
   ``counters``: every scalar engine metric (preemptions, prefix-cache queries and hits, ...);
   ``cached_tokens``: prompt tokens each request found in the prefix cache;
@@ -27,7 +28,8 @@ wave one ``generate`` call on the same engine, so a later wave can hit the prefi
 one filled; outputs are listed wave after wave.  ``--engine`` adds ``LLM`` arguments (KV pool size,
 prefix caching, chunked prefill, ...); ``--speculative`` adds speculative-config fields.
 ``--poison new`` fills every KV block the scheduler hands out with NaN before the step that uses it
-runs (a kernel that reads a slot its request has not written turns the output into NaN);
+runs, and the pool's null block once (a kernel that reads a slot its request has not written, or a
+block a sliding window let go, turns the output into NaN);
 ``new_and_freed`` also poisons every block a request gives back (only meaningful with prefix
 caching off, where a freed block is dead until handed out again): a read of a freed block, e.g.
 by a preempted request, does the same.
@@ -155,7 +157,8 @@ def install_probes(rec: dict) -> None:
     timed(ops, "write_kv_cache", lambda a, k, r: count("write_kv_cache"))
 
     from dflash_rocm_plugin.ops.backends import triton_extend
-    dense = rec["ops_dense"] = {"launches": 0, "with_sinks": 0, "windowed": 0, "chunks": 0, "chunks_paged": 0}
+    dense = rec["ops_dense"] = {"launches": 0, "with_sinks": 0, "windowed": 0, "chunks": 0, "chunks_paged": 0,
+                                "chunks_windowed": 0}
 
     def on_dense(args, kwargs, result):
         # launch(prepared, q, out, seq_lens, query_start_loc, new_keys, new_values, sinks, ...)
@@ -164,12 +167,16 @@ def install_probes(rec: dict) -> None:
         dense["with_sinks"] += prepared.constexprs["USE_SINKS"]
         dense["windowed"] += prepared.constexprs["USE_WINDOW"]
         # Sequences over a prefix with enough queries for the dense kernel: served there (their prefix
-        # copied) when the prefix is at most GQA x their queries, else by the paged kernel.
+        # copied) when the keys of it they see (under a window its last window - 1) are at most GQA x
+        # their queries, else by the paged kernel.
         q_lens = (qsl[1:] - qsl[:-1]).cpu()
         prefix = seq_lens.cpu() - q_lens
+        window = prepared.ints[1]
+        kept = prefix.clamp(max=window - 1) if window > 0 else prefix
         long_chunk = (q_lens >= prepared.cfg.block_m) & (prefix > 0)
-        fits = prefix <= (q.shape[1] // new_keys.shape[1]) * q_lens
+        fits = kept <= (q.shape[1] // new_keys.shape[1]) * q_lens
         dense["chunks"] += int((long_chunk & fits).sum()) if prepared.cfg.chunks else 0
+        dense["chunks_windowed"] += int((long_chunk & fits).sum()) if prepared.cfg.chunks and window > 0 else 0
         dense["chunks_paged"] += int((long_chunk & ~fits).sum()) if prepared.cfg.chunks else int(long_chunk.sum())
 
     _wrap(triton_extend, "launch", on_dense)
@@ -211,6 +218,17 @@ def install_kv_poison(rec: dict, freed_too: bool) -> None:
         pending.update(ids)
 
     _wrap(BlockPool, "get_new_blocks", on_new)
+
+    original_init = BlockPool.__init__
+
+    @functools.wraps(original_init)
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        # The null block stands in a block table for the blocks a sliding window let go: nothing reads it.
+        stats["null_block"] = self.null_block.block_id
+        pending.add(self.null_block.block_id)
+
+    BlockPool.__init__ = init
 
     if freed_too:
         original_free = BlockPool.free_blocks

@@ -18,6 +18,10 @@ the published gpt-oss DFlash drafts: a Qwen3 stack, head_dim 64, non-causal, no 
   choice, CPU_ATTN takes the other), so there only each prompt's first two tokens are compared
   (dropping the sinks changes prompt 0's first and prompt 3's second), and the draft tokens
   proposed on equal contexts are equal but where two draft logits tie (draft_rows.py).
+* A 200-token prompt prefilled in 64-token chunks (float32, NaN in every new block and in the null
+  block that stands for the blocks the window let go): its second and third chunks run on the dense
+  kernel in both layers, over a copy of their prefix -- the window layer's only its last 7 keys --
+  and the output equals CPU_ATTN's, which prefilled the whole prompt at once.
 * The float32 outputs equal Hugging Face's eager gpt-oss (sinks, window by ``layer_types``), and
   the same model with its sinks at -inf decodes other tokens: the runs above are sink-sensitive.
 """
@@ -87,6 +91,20 @@ def test_fp32_drafts_equal_cpu_attn_drafts(engine_runs):
     assert ours["drafts"] == theirs["drafts"]
     assert ours["outputs"] == theirs["outputs"]
     assert ours["metrics"] == theirs["metrics"]
+
+
+def test_fp32_chunks_read_their_windowed_prefix_copies_on_the_dense_kernel(engine_runs):
+    run = engine_runs.get("plugin_gptoss_chunked_fp32")
+    assert run["outputs"] == engine_runs.get("cpu_attn_gptoss_long_prompt_fp32")["outputs"]
+    assert run["schedule"]["chunked_prefill_chunks"] >= 3, run["schedule"]
+    assert run["metrics"]["vllm:spec_decode_num_drafts"] > 0
+    assert run["impl_calls"][PLUGIN_IMPL].get("windowed_past_a_block", 0) > 0
+    poison = run["poison"]
+    assert poison["null_block"] == 0 and poison["blocks_poisoned"] > 0, poison
+    dense = run["ops_dense"]
+    # Chunks 2 and 3 in both layers; the window layer's prefix copy is its last window - 1 keys.
+    assert dense["chunks"] >= 2 * tc.GPTOSS_LAYERS and dense["chunks_windowed"] >= 2, dense
+    assert dense["chunks_paged"] == 0, dense
 
 
 def _hf_greedy(path, drop_sinks: bool):
