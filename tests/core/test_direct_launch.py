@@ -523,25 +523,33 @@ def test_dense_launches_with_tma_descriptors_pass_them_to_the_launcher_as_built(
     assert run()[0] == "direct"
 
 
+def _dense_pair(monkeypatch, first_kernel: str, tag: str, launch, call, keys, values, *rest):
+    """``run()``: one dense launch whose attention and first kernel (``first_kernel`` of the KV kernels,
+    logged as ``tag``) are fakes; it returns their log entries."""
+    from dflash_rocm_plugin.ops.backends import triton_extend
+    log = []
+    attention = FakeJit(_runtime.extend_kernel(), log, "dense")
+    first = FakeJit(getattr(_runtime.kernels()[1], first_kernel), log, tag)
+    monkeypatch.setattr(_runtime, "extend_kernel", lambda: attention)
+    monkeypatch.setattr(_runtime, "kernels", lambda: (None, types.SimpleNamespace(**{first_kernel: first})))
+
+    def run():
+        del log[:]
+        triton_extend.launch(launch, call.q, call.out, call.seq_lens, call.query_start_loc, keys, values, None,
+                             *rest)
+        return list(log)
+
+    return run
+
+
 def test_fp8_dense_launch_relaunches_both_kernels_around_new_buffers(fake_gpu, monkeypatch):
     """Over an fp8 cache the rows' rounding runs first on the host's rows, then the attention reads the
     buffers it wrote through descriptors built around them; on a repeat call both go direct, each with its
     own pointers' addresses."""
     from triton.tools.tensor_descriptor import TensorDescriptor
-    from dflash_rocm_plugin.ops.backends import triton_extend
     call, launch, keys, values = _dense(fp8=True)
-    log = []
-    attention = FakeJit(_runtime.extend_kernel(), log, "dense")
-    rounding = FakeJit(_runtime.kernels()[1].cached_rows_kernel, log, "rows")
-    monkeypatch.setattr(_runtime, "extend_kernel", lambda: attention)
-    monkeypatch.setattr(_runtime, "kernels", lambda: (None, types.SimpleNamespace(cached_rows_kernel=rounding)))
-
-    def run():
-        del log[:]
-        triton_extend.launch(launch, call.q, call.out, call.seq_lens, call.query_start_loc, keys, values, None,
-                             call.k_scale, call.v_scale)
-        return list(log)
-
+    run = _dense_pair(monkeypatch, "cached_rows_kernel", "rows", launch, call, keys, values,
+                      call.k_scale, call.v_scale)
     first = run()
     assert [(e[0], e[-1]) for e in first] == [("jit", "rows"), ("jit", "dense")]
     rows_args, dense_args = first[0][2], first[1][2]
@@ -565,20 +573,9 @@ def test_dense_launch_with_chunks_copies_prefixes_then_reads_them_through_descri
     rows per query token, and the attention reads those through descriptors built around them; on a
     repeat call both go direct."""
     from triton.tools.tensor_descriptor import TensorDescriptor
-    from dflash_rocm_plugin.ops.backends import triton_extend
     call, launch, keys, values = _dense(chunks=True)
-    log = []
-    attention = FakeJit(_runtime.extend_kernel(), log, "dense")
-    copy = FakeJit(_runtime.kernels()[1].cached_prefix_kernel, log, "prefix")
-    monkeypatch.setattr(_runtime, "extend_kernel", lambda: attention)
-    monkeypatch.setattr(_runtime, "kernels", lambda: (None, types.SimpleNamespace(cached_prefix_kernel=copy)))
-
-    def run():
-        del log[:]
-        triton_extend.launch(launch, call.q, call.out, call.seq_lens, call.query_start_loc, keys, values, None,
-                             None, None, call.k_cache, call.v_cache, call.block_table)
-        return list(log)
-
+    run = _dense_pair(monkeypatch, "cached_prefix_kernel", "prefix", launch, call, keys, values,
+                      None, None, call.k_cache, call.v_cache, call.block_table)
     first = run()
     assert [(e[0], e[-1]) for e in first] == [("jit", "prefix"), ("jit", "dense")]
     copy_args, dense_args = first[0][2], first[1][2]
