@@ -17,6 +17,9 @@
 #   DENSE     the dense-K/V prefill kernel's launch fields (DENSE_FORCES: sets of --force-dense items, one set
 #             per word, items joined by '+'; default 2 stages, 64-key tiles, and pointer loads instead of TMA)
 #             on the prefill workload of Qwen3-8B, Qwen3-Next and gpt-oss heads, cuDNN in each process
+#   CHUNKS    chunks over a prefix on the dense path against the pages (launch_ab.py --force-dense chunks=false),
+#             bf16 and fp8: Qwen3-8B heads, gpt-oss (window 128, sinks), Gemma-4 sliding (window 512); then the
+#             dense-path GPU tests of chunks, windows and sinks
 #   WHY_SPLIT_P  P as two fp8 parts past NVIDIA's refusal, with and without DISABLE_MMA_V3=1 (split_p_probe.py)
 #   NCU       Nsight Compute stall samples of that pair (q16, 32 x 16K window 2048 against 32 x 2064 keys)
 set -u
@@ -75,6 +78,17 @@ if [[ "${AB:-0}" == 1 ]]; then
         timeout 200 python3 benchmarks/launch_ab.py --workload "$w" ${m:+--model "$m"} ${AB_KV:+--kv "$AB_KV"} "${forces[@]}" \
             --json "$OUT/ab-$tag-$w${m:+-$m}.json" 2>&1 | tee -a "$OUT/ab-$tag.txt"
     done
+fi
+if [[ "${CHUNKS:-0}" == 1 ]]; then
+    for spec in "qwen3-8b" "gpt-oss-120b --window 128 --sinks" "gemma-4-sliding --window 512"; do
+        for kv in bf16 fp8; do
+            # shellcheck disable=SC2086
+            timeout 140 python3 benchmarks/launch_ab.py --workload chunked --model $spec --kv "$kv" \
+                --force-dense chunks=false --json "$OUT/ab-chunks-${spec%% *}-$kv.json" 2>&1 | tee -a "$OUT/ab-chunks.txt"
+        done
+    done
+    timeout 280 python3 -m pytest tests/gpu/test_dense_kv_prefill.py -q -rs -k "chunk or window or sinks" 2>&1 \
+        | tail -15 | tee "$OUT/gpu-tests-dense-chunks.txt"
 fi
 if [[ "${DENSE:-0}" == 1 ]]; then
     for m in qwen3-8b qwen3-next gpt-oss-120b; do
