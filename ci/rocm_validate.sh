@@ -237,6 +237,18 @@ for kv in bf16 fp8; do
         env -u TRITON_INTERPRET "$PYTHON" benchmarks/launch_ab.py --workload chunked --kv "$kv" \
         --force-dense chunks=false --json "$OUT/ab-dense-chunks-$kv.json"
 done
+# ... under a window, whose chunks copy only their prefix's last window - 1 keys: gpt-oss (128, sinks), and
+# Gemma-4's sliding layers (512), whose 256-wide windowed tiles stay paged on gfx94x (one register would
+# spill): there chunks=true is the A/B, on gfx950 chunks=false.
+step "chunked prefill, gpt-oss heads (window 128, sinks): dense chunks against paged ones" \
+    "$OUT/ab-dense-chunks-gpt-oss.log" env -u TRITON_INTERPRET "$PYTHON" benchmarks/launch_ab.py --workload chunked \
+    --model gpt-oss-120b --window 128 --sinks --force-dense chunks=false --json "$OUT/ab-dense-chunks-gpt-oss.json"
+for chunks in true false; do
+    step "chunked prefill, Gemma-4 sliding heads (window 512): chunks=$chunks against the chosen launch" \
+        "$OUT/ab-dense-chunks-gemma-4-sliding-$chunks.log" env -u TRITON_INTERPRET "$PYTHON" benchmarks/launch_ab.py \
+        --workload chunked --model gemma-4-sliding --window 512 --force-dense chunks=$chunks \
+        --json "$OUT/ab-dense-chunks-gemma-4-sliding-$chunks.json"
+done
 for workload in prefill chunked; do
     step "$workload: query tiles in reverse grid order (heavy_first) against the chosen order" \
         "$OUT/ab-heavy-first-$workload.log" env -u TRITON_INTERPRET "$PYTHON" benchmarks/launch_ab.py \

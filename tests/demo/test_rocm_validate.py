@@ -60,7 +60,10 @@ def test_dry_run_without_models():
                 "+ dflash-rocm bench --workload prefill --models gpt-oss-120b --sinks --window 128 --json",
                 "+ dflash-rocm bench --workload prefill --models gpt-oss-120b --sinks --window 128 --paged-only",
                 "+ dflash-rocm bench --workload prefill --models gemma-4-sliding --window 512 --paged-only",
-                "benchmarks/launch_ab.py --workload chunked --kv fp8 --force-dense chunks=false"):
+                "benchmarks/launch_ab.py --workload chunked --kv fp8 --force-dense chunks=false",
+                "--model gpt-oss-120b --window 128 --sinks --force-dense chunks=false",
+                "--model gemma-4-sliding --window 512 --force-dense chunks=true",
+                "--model gemma-4-sliding --window 512 --force-dense chunks=false"):
         assert cmd in out
     assert "env -u TRITON_INTERPRET" in out  # the kernel tests run natively
     assert "servers: skipped" in out and "vllm serve" not in out
