@@ -38,7 +38,7 @@ multiplies the output, so a prompt's answer is the one the paged kernel would re
 import triton
 import triton.language as tl
 
-from dflash_rocm_plugin.kernels.paged_attention import _exponent_shift, _find_sequence
+from dflash_rocm_plugin.kernels.paged_attention import _dense_serves, _exponent_shift, _find_sequence, _prefix_kept
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -123,17 +123,12 @@ def extend_attention_kernel(
     q_start = tl.load(query_start_loc_ptr + seq)
     q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
     local_tile = tile - (q_start // BLOCK_M + seq)
-    if (local_tile * BLOCK_M >= q_len) | (q_len < MIN_QUERY):
+    if local_tile * BLOCK_M >= q_len:
         return
     prefix = tl.load(seq_lens_ptr + seq) - q_len
-    kept = prefix  # the prefix's keys some query of the block sees: its copy's rows
-    if USE_WINDOW:
-        kept = tl.minimum(prefix, window - 1)
-    if CHUNKS:
-        if kept > GQA * q_len:
-            return  # more than its copy's rows hold: the paged kernel serves it
-    elif prefix != 0:
-        return  # keys before the block: the paged kernel serves it
+    if not _dense_serves(q_len, prefix, window, MIN_QUERY, GQA, CHUNKS, USE_WINDOW):
+        return  # the paged kernel serves it
+    kept = _prefix_kept(prefix, window, USE_WINDOW)  # its copy's rows
     kv_head = head // GQA
     kv_col = kv_head * HEAD_DIM
 

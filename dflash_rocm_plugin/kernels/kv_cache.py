@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from dflash_rocm_plugin.kernels import fp8
-from dflash_rocm_plugin.kernels.paged_attention import _find_sequence
+from dflash_rocm_plugin.kernels.paged_attention import _dense_serves, _find_sequence, _prefix_kept
 
 
 @triton.jit
@@ -127,11 +127,11 @@ def cached_prefix_kernel(
     q_start = tl.load(query_start_loc_ptr + seq)
     q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
     prefix = tl.load(seq_lens_ptr + seq) - q_len
-    kept = prefix
-    if USE_WINDOW:
-        kept = tl.minimum(prefix, window - 1)
+    kept = _prefix_kept(prefix, window, USE_WINDOW)
     first = (tile - (GQA * q_start // BLOCK_T + seq)) * BLOCK_T
-    if (q_len < MIN_QUERY) | (kept > GQA * q_len) | (first >= kept):
+    if first >= kept:
+        return
+    if not _dense_serves(q_len, prefix, window, MIN_QUERY, GQA, True, USE_WINDOW):
         return
     i = first + tl.arange(0, BLOCK_T)
     ok = i < kept

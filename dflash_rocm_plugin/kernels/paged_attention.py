@@ -89,6 +89,28 @@ from dflash_rocm_plugin.kernels import fp8
 
 
 @triton.jit
+def _prefix_kept(prefix, window, USE_WINDOW: tl.constexpr):
+    # The keys of a sequence's prefix that some query of its block sees: under a window its last window - 1.
+    kept = prefix
+    if USE_WINDOW:
+        kept = tl.minimum(prefix, window - 1)
+    return kept
+
+
+@triton.jit
+def _dense_serves(q_len, prefix, window, MIN_QUERY: tl.constexpr, GQA: tl.constexpr, CHUNKS: tl.constexpr,
+                  USE_WINDOW: tl.constexpr):
+    # Whether kernels/extend_attention.py serves a sequence of q_len query tokens over prefix cached keys
+    # (the paged kernel then skips it): a whole prompt of at least MIN_QUERY tokens, and with CHUNKS a chunk
+    # of that many whose kept prefix fits the GQA rows per query token that kernels/kv_cache.py copies it to.
+    if CHUNKS:
+        serves = (q_len >= MIN_QUERY) & (_prefix_kept(prefix, window, USE_WINDOW) <= GQA * q_len)
+    else:
+        serves = (q_len >= MIN_QUERY) & (prefix == 0)
+    return serves
+
+
+@triton.jit
 def _find_sequence(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr, ROWS: tl.constexpr = 1):
     # Sequence i owns tiles starting at ROWS * qsl[i] // BLOCK_Q + i (ROWS rows per token): an upper
     # bound on the tiles of all earlier sequences, so tiles never overlap.
@@ -395,15 +417,8 @@ def paged_attention_kernel(
         return
     seq_len = tl.load(seq_lens_ptr + seq)
     if EXTEND_MIN_Q:
-        # kernels/extend_attention.py serves these from dense K/V (the same test there)
-        if EXTEND_CHUNKS:
-            kept = seq_len - q_len  # the prefix's keys a query of the chunk sees
-            if USE_WINDOW:
-                kept = tl.minimum(kept, window - 1)
-            if (q_len >= EXTEND_MIN_Q) & (kept <= GQA * q_len):
-                return
-        elif (q_len >= EXTEND_MIN_Q) & (seq_len == q_len):
-            return
+        if _dense_serves(q_len, seq_len - q_len, window, EXTEND_MIN_Q, GQA, EXTEND_CHUNKS, USE_WINDOW):
+            return  # kernels/extend_attention.py serves it from dense K/V
     first_pos = seq_len - q_len
 
     # Row r of the tile is query token r // GQA of this tile, query head
