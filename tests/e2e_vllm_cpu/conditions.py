@@ -71,6 +71,11 @@ def load_requests(count: int, max_prompt: int, max_output: int) -> list[list[dic
     return [[{"prompt": _tokens(rng, n), "max_tokens": rng.randint(2, max_output)} for n in lengths]]
 
 
+# LLM arguments of the chunked-prompt runs: a 64-token budget per step, one request at a time.
+CHUNKED_PROMPT_ENGINE = dict(enable_chunked_prefill=True, max_num_batched_tokens=64, max_num_seqs=1,
+                             max_model_len=256)
+
+
 def chunked_prompt_requests() -> list[list[dict]]:
     """A 200-token prompt, prefilled in chunks of a 64-token budget: 64 whole, 64 over 64 and 64 over 128
     (at most GQA = 2 times the chunk: the dense kernel, the prefix copied), then 8 over 192 (paged)."""

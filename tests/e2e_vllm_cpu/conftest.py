@@ -133,8 +133,8 @@ FP8_RUN = ("--kv-cache-dtype", "fp8")
 HYBRID_RUN = ("--dtype", "bfloat16", "--no-prefix-caching")
 GPTOSS_BF16 = ("--dtype", "bfloat16")
 GPTOSS_CHUNKED = conditions.chunked_prompt_requests()
-GPTOSS_CHUNKED_RUN = ("--poison", "new", "--block-size", str(conditions.BLOCK), "--engine", json.dumps(dict(
-    enable_chunked_prefill=True, max_num_batched_tokens=64, max_num_seqs=1, max_model_len=256)))
+GPTOSS_CHUNKED_RUN = ("--poison", "new", "--block-size", str(conditions.BLOCK), "--engine",
+                      json.dumps(conditions.CHUNKED_PROMPT_ENGINE))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -80,9 +80,7 @@ RUNS = {
                                                          max_model_len=LOAD_MODEL_LEN))),
     "long": Run(True, **DISTILLED, requests=LONG, args=_plugin_engine(max_model_len=LONG_TOKENS + 64)),
     "chunked_prompt": Run(True, **DISTILLED, requests=CHUNKED,
-                          args=("--poison", "new", *_plugin_engine(
-                              enable_chunked_prefill=True, max_num_batched_tokens=64, max_num_seqs=1,
-                              max_model_len=256))),
+                          args=("--poison", "new", *_plugin_engine(**conditions.CHUNKED_PROMPT_ENGINE))),
     "long_cpu_attn": Run(False, **DISTILLED, requests=LONG, args=_engine(max_model_len=LONG_TOKENS + 64)),
 }
 # Two ranks bound to the two cores: run one at a time, after the others (spinning ranks beside
