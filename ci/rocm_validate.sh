@@ -249,6 +249,14 @@ for chunks in true false; do
         --workload chunked --model gemma-4-sliding --window 512 --force-dense chunks=$chunks \
         --json "$OUT/ab-dense-chunks-gemma-4-sliding-$chunks.json"
 done
+# Over a cache in this GPU's fp8 format Gemma-4's sliding layers stay paged (the pages multiply the codes on
+# fp8 MFMAs; ops/extend_launch.py): the dense kernel forced at its own launch (AMD loads by pointers) beside them.
+for workload in prefill chunked; do
+    step "$workload, Gemma-4 sliding heads over an fp8 cache: the dense kernel against the chosen pages" \
+        "$OUT/ab-gemma-4-sliding-fp8-dense-$workload.log" env -u TRITON_INTERPRET "$PYTHON" benchmarks/launch_ab.py \
+        --workload "$workload" --model gemma-4-sliding --window 512 --kv fp8 --force-dense use_desc=false \
+        --json "$OUT/ab-gemma-4-sliding-fp8-dense-$workload.json"
+done
 for workload in prefill chunked; do
     step "$workload: query tiles in reverse grid order (heavy_first) against the chosen order" \
         "$OUT/ab-heavy-first-$workload.log" env -u TRITON_INTERPRET "$PYTHON" benchmarks/launch_ab.py \

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-from dflash_rocm_plugin.ops import _runtime, launch_config
+from dflash_rocm_plugin.ops import _runtime, launch_config, support
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +30,8 @@ _forced_extend: dict = {}
 
 @contextlib.contextmanager
 def forced_extend(**fields):
-    """Within the block, every dense-K/V prefill launch uses these ExtendLaunch fields (tuning sweeps)."""
+    """Within the block, every dense-K/V prefill launch uses these ExtendLaunch fields (tuning sweeps), also
+    where ``choose_extend`` would keep a call's prompts paged for its heads and cache (not for its lengths)."""
     with launch_config.forcing(_forced_extend, ExtendLaunch, "extend launch", fields):
         yield
 
@@ -55,7 +56,7 @@ SMALL_WINDOW = 256
 
 
 def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int | None,
-                  window: int = 0, num_tokens: int = 0) -> ExtendLaunch | None:
+                  window: int = 0, num_tokens: int = 0, kv_cache_dtype=None) -> ExtendLaunch | None:
     """The dense-K/V prefill launch for a call of ``num_tokens`` query rows whose host bounds its query
     rows per sequence by ``max_query_len``, or None: a call without a bound, or under
     ``DENSE_MIN_QUERY_LEN`` on a GPU (decode, q16 blocks, short prefill chunks; on Hopper, steps of
@@ -79,6 +80,15 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     113; 128 x 128 at 8 warps 59 / 56 / 61; 128 x 64 at 4 warps 84 / 83 / 87; the paged kernel 92 / 95 / 95.
     Gemma-4's sliding layers (16 / 8 of 256, a 512-key window) keep 128 x 64 (249 / 278 / 267; 64 x 64 262 /
     245 / 274; paged 166 / 166 / 174).
+
+    Over a cache whose fp8 codes the paged kernel multiplies (``support.multiplies_fp8``), windowed wide heads
+    stay paged ("v20 -> v21"): there the pages' Q K^T runs on fp8 dots, while the dense kernel multiplies
+    16-bit copies of the rows, made by a pass of their own (``cached_rows_kernel``) that a window's few keys
+    per row do not repay; forced fields (sweeps) still run the dense launch.  H100, Gemma-4 sliding layers over e4m3fn, TFLOP/s, pages against dense in one process: whole
+    prompts 282 / 284 / 300 against 215 / 227 / 230 at 1 x 8K / 4 x 4K / 1 x 32K (over bf16 the dense kernel
+    wins, 270 / 293 / 292 against 167 / 167 / 175), chunks 210 / 211 against 206 / 210 at 4 x 2K over 6K /
+    1 x 8K over 24K.  Not 256-wide full attention (Qwen3.5 over e4m3fn: dense 540 / 504 / 525 against the
+    pages' 397 / 400 / 406) nor gpt-oss's 64-wide windowed heads (dense 93 / 91 / 98 against 87 / 88 / 90).
 
     Chunks over a prefix (``chunks``; "v19 -> v20"): H100, chunked prefill 4 x 2K over 6K / 1 x 8K over 24K,
     TFLOP/s against the same chunks from the pages in one process: Qwen3-8B heads 541 / 566 (451 / 467), over
@@ -113,8 +123,11 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     if 0 < window <= SMALL_WINDOW and arch != "cpu":
         cfg = dataclasses.replace(cfg, block_m=64, block_n=min(cfg.block_n, 64), num_warps=4,
                                   num_stages=3 if cfg.use_desc else cfg.num_stages)
+    paged = bool(window) and wide and kv_cache_dtype is not None and support.multiplies_fp8(kv_cache_dtype, arch)
     if _forced_extend:
         cfg = dataclasses.replace(cfg, **_forced_extend)
+    elif paged:
+        return None
     if max_query_len is None or max_query_len < max(least, cfg.block_m):
         return None
     return cfg

@@ -39,7 +39,7 @@ def dense_kv_launch(*, causal: bool, window: int, softcap: float, dtype, kv_cach
             kv_cache_dtype=dtype if kv_cache_dtype is None else kv_cache_dtype, head_dim=head_dim):
         return None
     return extend_launch.choose_extend(head_dim=head_dim, max_query_len=max_query_len, device_index=device_index,
-                                       window=window, num_tokens=num_tokens)
+                                       window=window, num_tokens=num_tokens, kv_cache_dtype=kv_cache_dtype)
 
 
 def fp8_dots_choices(*, kv_cache_dtype, dtype, causal: bool, device=None, arch: str | None = None) -> tuple[str, ...]:

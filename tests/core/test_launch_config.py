@@ -6,6 +6,7 @@ The device facts come from ops._runtime; each test pins them, so these run on an
 import dataclasses
 
 import pytest
+import torch
 
 from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.ops import _runtime, extend_launch, launch_config
@@ -352,3 +353,29 @@ def test_dense_prompts_launch_only_where_the_host_cost_is_hidden(monkeypatch, ar
     # Chunks over a prefix go dense with every launch but gfx94x's 256-wide windowed tile (it would spill).
     assert windowed == dataclasses.replace(wide, chunks=not arch.startswith("gfx94"))
     assert cfg.chunks and wide.chunks and small.chunks
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80", "gfx942", "gfx950"])
+def test_windowed_wide_heads_stay_paged_over_an_fp8_cache_the_pages_multiply(monkeypatch, arch):
+    pin_gpu(monkeypatch, arch, 160 * 1024, 132)
+    least = extend_launch.DENSE_MIN_QUERY_LEN
+    native = ops.support.native_fp8_dtype(arch)
+    other = torch.float8_e4m3fn if native == torch.float8_e4m3fnuz else torch.float8_e4m3fnuz
+    multiplied = arch != "sm_80"  # Ampere has no fp8 dots: its pages convert every tile too
+    gemma = dict(head_dim=256, max_query_len=least, device_index=0, window=512)
+    assert (extend_launch.choose_extend(**gemma, kv_cache_dtype=native) is None) == multiplied
+    for kv in (None, torch.bfloat16, other):  # the pages convert these as the dense kernel's copy does
+        assert extend_launch.choose_extend(**gemma, kv_cache_dtype=kv) is not None
+    # Qwen3.5's 256-wide full attention and gpt-oss's 64-wide windows keep the dense path over fp8.
+    for heads in (dict(head_dim=256, window=0), dict(head_dim=64, window=128)):
+        assert extend_launch.choose_extend(max_query_len=least, device_index=0, kv_cache_dtype=native,
+                                           **heads) is not None
+    # A sweep's forced fields still time the dense side; lengths still decide.
+    with extend_launch.forced_extend(use_desc=False):
+        assert extend_launch.choose_extend(**gemma, kv_cache_dtype=native) is not None
+        assert extend_launch.choose_extend(**{**gemma, "max_query_len": least - 1}, kv_cache_dtype=native) is None
+    # What a host's call reads (ops.describe_launch -> plan.dense_kv_launch) follows the same choice.
+    described = ops.describe_launch(num_tokens=least, num_seqs=1, num_q_heads=16, num_kv_heads=8, head_dim=256,
+                                    page_size=16, kv_capacity=least, causal=True, max_query_len=least,
+                                    sliding_window=512, kv_cache_dtype=native, device="cuda:0", new_kv=True)
+    assert (described.dense_launch is None) == multiplied

@@ -63,7 +63,9 @@ def test_dry_run_without_models():
                 "benchmarks/launch_ab.py --workload chunked --kv fp8 --force-dense chunks=false",
                 "--model gpt-oss-120b --window 128 --sinks --force-dense chunks=false",
                 "--model gemma-4-sliding --window 512 --force-dense chunks=true",
-                "--model gemma-4-sliding --window 512 --force-dense chunks=false"):
+                "--model gemma-4-sliding --window 512 --force-dense chunks=false",
+                "--workload prefill --model gemma-4-sliding --window 512 --kv fp8 --force-dense use_desc=false",
+                "--workload chunked --model gemma-4-sliding --window 512 --kv fp8 --force-dense use_desc=false"):
         assert cmd in out
     assert "env -u TRITON_INTERPRET" in out  # the kernel tests run natively
     assert "servers: skipped" in out and "vllm serve" not in out
