@@ -18,8 +18,9 @@
 #             per word, items joined by '+'; default 2 stages, 64-key tiles, and pointer loads instead of TMA)
 #             on the prefill workload of Qwen3-8B, Qwen3-Next and gpt-oss heads, cuDNN in each process
 #   CHUNKS    chunks over a prefix on the dense path against the pages (launch_ab.py --force-dense chunks=false),
-#             bf16 and fp8: Qwen3-8B heads, gpt-oss (window 128, sinks), Gemma-4 sliding (window 512); then the
-#             dense-path GPU tests of chunks, windows and sinks
+#             bf16 and fp8: Qwen3-8B heads, gpt-oss (window 128, sinks), Gemma-4 sliding (window 512); Gemma-4
+#             sliding over fp8 (paged by choice) against the dense kernel; then the dense-path GPU tests of
+#             chunks, windows and sinks
 #   WHY_SPLIT_P  P as two fp8 parts past NVIDIA's refusal, with and without DISABLE_MMA_V3=1 (split_p_probe.py)
 #   NCU       Nsight Compute stall samples of that pair (q16, 32 x 16K window 2048 against 32 x 2064 keys)
 set -u
@@ -86,6 +87,12 @@ if [[ "${CHUNKS:-0}" == 1 ]]; then
             timeout 140 python3 benchmarks/launch_ab.py --workload chunked --model $spec --kv "$kv" \
                 --force-dense chunks=false --json "$OUT/ab-chunks-${spec%% *}-$kv.json" 2>&1 | tee -a "$OUT/ab-chunks.txt"
         done
+    done
+    # Gemma-4's sliding layers over fp8 read the pages by choice: the dense kernel forced at its own tiles beside them.
+    for w in prefill chunked; do
+        timeout 100 python3 benchmarks/launch_ab.py --workload "$w" --model gemma-4-sliding --window 512 --kv fp8 \
+            --force-dense use_desc=true --rounds 3 --json "$OUT/ab-gemma-4-sliding-fp8-dense-$w.json" 2>&1 \
+            | tee -a "$OUT/ab-chunks.txt"
     done
     timeout 280 python3 -m pytest tests/gpu/test_dense_kv_prefill.py -q -rs -k "chunk or window or sinks" 2>&1 \
         | tail -15 | tee "$OUT/gpu-tests-dense-chunks.txt"
