@@ -83,9 +83,11 @@ fi
 if [[ "${CHUNKS:-0}" == 1 ]]; then
     for spec in "qwen3-8b" "gpt-oss-120b --window 128 --sinks" "gemma-4-sliding --window 512"; do
         for kv in bf16 fp8; do
+            [[ "$spec" == gemma* && "$kv" == fp8 ]] && continue  # paged by choice there: timed below
             # shellcheck disable=SC2086
             timeout 140 python3 benchmarks/launch_ab.py --workload chunked --model $spec --kv "$kv" \
-                --force-dense chunks=false --json "$OUT/ab-chunks-${spec%% *}-$kv.json" 2>&1 | tee -a "$OUT/ab-chunks.txt"
+                --force-dense chunks=false --json "$OUT/ab-chunks-${spec%% *}-$kv.json" 2>&1 \
+                | tee -a "$OUT/ab-chunks.txt"
         done
     done
     # Gemma-4's sliding layers over fp8 read the pages by choice: the dense kernel forced at its own tiles beside them.

@@ -81,14 +81,15 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     Gemma-4's sliding layers (16 / 8 of 256, a 512-key window) keep 128 x 64 (249 / 278 / 267; 64 x 64 262 /
     245 / 274; paged 166 / 166 / 174).
 
-    Over a cache whose fp8 codes the paged kernel multiplies (``support.multiplies_fp8``), windowed wide heads
-    stay paged ("v20 -> v21"): there the pages' Q K^T runs on fp8 dots, while the dense kernel multiplies
-    16-bit copies of the rows, made by a pass of their own (``cached_rows_kernel``) that a window's few keys
-    per row do not repay; forced fields (sweeps) still run the dense launch.  H100, Gemma-4 sliding layers over e4m3fn, TFLOP/s, pages against dense in one process: whole
-    prompts 282 / 284 / 300 against 215 / 227 / 230 at 1 x 8K / 4 x 4K / 1 x 32K (over bf16 the dense kernel
-    wins, 270 / 293 / 292 against 167 / 167 / 175), chunks 210 / 211 against 206 / 210 at 4 x 2K over 6K /
-    1 x 8K over 24K.  Not 256-wide full attention (Qwen3.5 over e4m3fn: dense 540 / 504 / 525 against the
-    pages' 397 / 400 / 406) nor gpt-oss's 64-wide windowed heads (dense 93 / 91 / 98 against 87 / 88 / 90).
+    Over a cache whose fp8 codes the paged kernel multiplies (``support.multiplies_fp8``), windowed wide heads stay
+    paged ("v20 -> v21"): there the pages' Q K^T runs on fp8 dots, while the dense kernel multiplies 16-bit copies
+    of the rows, made by a pass of their own (``cached_rows_kernel``) that a window's few keys per row do not repay;
+    forced fields (sweeps) still run the dense launch. H100, Gemma-4 sliding layers over e4m3fn, TFLOP/s, pages
+    against dense in one process: whole prompts 282 / 284 / 300 against 215 / 227 / 230 at 1 x 8K / 4 x 4K / 1 x 32K
+    (over bf16 the dense kernel wins, 270 / 293 / 292 against 167 / 167 / 175), chunks 210 / 211 against 206 / 210
+    at 4 x 2K over 6K / 1 x 8K over 24K. Not 256-wide full attention (Qwen3.5 over e4m3fn: dense 540 / 504 / 525
+    against the pages' 397 / 400 / 406) nor gpt-oss's 64-wide windowed heads (dense 93 / 91 / 98 against 87 / 88 /
+    90).
 
     Chunks over a prefix (``chunks``; "v19 -> v20"): H100, chunked prefill 4 x 2K over 6K / 1 x 8K over 24K,
     TFLOP/s against the same chunks from the pages in one process: Qwen3-8B heads 541 / 566 (451 / 467), over
@@ -123,7 +124,7 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     if 0 < window <= SMALL_WINDOW and arch != "cpu":
         cfg = dataclasses.replace(cfg, block_m=64, block_n=min(cfg.block_n, 64), num_warps=4,
                                   num_stages=3 if cfg.use_desc else cfg.num_stages)
-    paged = bool(window) and wide and kv_cache_dtype is not None and support.multiplies_fp8(kv_cache_dtype, arch)
+    paged = bool(window) and wide and support.multiplies_fp8(kv_cache_dtype, arch)
     if _forced_extend:
         cfg = dataclasses.replace(cfg, **_forced_extend)
     elif paged:
