@@ -165,8 +165,9 @@ def paged_attention(
         if support.extend_layout_problem(q, out, new_keys, new_values, k_cache, v_cache) is None:
             extend = plan.dense_kv_launch(
                 causal=causal, window=window, softcap=cap, dtype=q.dtype, kv_cache_dtype=k_cache.dtype,
-                head_dim=head_dim, num_tokens=num_tokens, max_query_len=max_query_len, num_kv_splits=num_kv_splits,
-                backend=chosen, device_index=device.index)
+                heads=(num_q_heads, num_kv_heads, head_dim), num_tokens=num_tokens, num_seqs=num_seqs,
+                max_query_len=max_query_len, kv_capacity=block_table.shape[1] * block_size, page_size=block_size,
+                num_kv_splits=num_kv_splits, backend=chosen, device_index=device.index)
     if num_tokens == 0 or num_seqs == 0:
         return out
     call = AttentionCall(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, out, causal=causal,

@@ -56,7 +56,8 @@ SMALL_WINDOW = 256
 
 
 def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int | None,
-                  window: int = 0, num_tokens: int = 0, kv_cache_dtype=None) -> ExtendLaunch | None:
+                  window: int = 0, num_tokens: int = 0, kv_cache_dtype=None,
+                  tuned: dict | bool | None = None) -> ExtendLaunch | None:
     """The dense-K/V prefill launch for a call of ``num_tokens`` query rows whose host bounds its query
     rows per sequence by ``max_query_len``, or None: a call without a bound, or under
     ``DENSE_MIN_QUERY_LEN`` on a GPU (decode, q16 blocks, short prefill chunks; on Hopper, steps of
@@ -100,6 +101,10 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     (host bound 1024, 16K rows) in 128 x 64 tiles of 4 warps at 2 stages 354, in 128 x 128 tiles 310, the
     pages 295 (cuDNN 478); 128 x 64 loses on long prompts (495 / 481 / 512), so it serves only host bounds
     under ``DENSE_MIN_QUERY_LEN``.
+
+    ``tuned``: the ``dense`` part of a tuned entry for the call's bucket (``ops/tuned_file.py``, measured on
+    this GPU by ``dflash-rocm tune --prefill``): False keeps its prompts paged, fields replace the tile; the
+    host bound on query rows still decides which calls may run dense.  Forced fields win over both.
     """
     arch = _runtime.gpu_arch(device_index)
     least = DENSE_MIN_QUERY_LEN
@@ -127,8 +132,10 @@ def choose_extend(*, head_dim: int, max_query_len: int | None, device_index: int
     paged = bool(window) and wide and support.multiplies_fp8(kv_cache_dtype, arch)
     if _forced_extend:
         cfg = dataclasses.replace(cfg, **_forced_extend)
-    elif paged:
+    elif tuned is False or (tuned is None and paged):
         return None
+    elif tuned:
+        cfg = dataclasses.replace(cfg, **tuned)
     if max_query_len is None or max_query_len < max(least, cfg.block_m):
         return None
     return cfg

@@ -28,18 +28,26 @@ class LaunchDescription:
     dense_launch: extend_launch.ExtendLaunch | None = None
 
 
-def dense_kv_launch(*, causal: bool, window: int, softcap: float, dtype, kv_cache_dtype, head_dim: int,
-                    num_tokens: int, max_query_len: int | None, num_kv_splits: int | None, backend: str,
+def dense_kv_launch(*, causal: bool, window: int, softcap: float, dtype, kv_cache_dtype, heads: tuple,
+                    num_tokens: int, num_seqs: int, max_query_len: int | None, kv_capacity: int, page_size: int,
+                    num_kv_splits: int | None, backend: str,
                     device_index: int | None) -> extend_launch.ExtendLaunch | None:
     """The dense-K/V launch a call that passes its own K/V runs its whole prompts in, or None: a call
-    ``support.extend_problem`` names, one pinned to AITER or to a split count, or one whose host bound on
-    query rows is too short for it (``extend_launch.choose_extend``)."""
+    ``support.extend_problem`` names, one pinned to AITER or to a split count, one whose host bound on
+    query rows is too short for it, or one a tuned entry for its bucket keeps paged
+    (``extend_launch.choose_extend``).  ``heads``: (q heads, kv heads, head_dim)."""
+    head_dim = heads[2]
     if backend == "aiter" or num_kv_splits is not None or support.extend_problem(
             causal=causal, softcap=softcap, dtype=dtype,
             kv_cache_dtype=dtype if kv_cache_dtype is None else kv_cache_dtype, head_dim=head_dim):
         return None
+    entry = None if window else tuned.lookup(
+        _runtime.gpu_arch(device_index), heads=tuple(heads), dtype=dtype, kv_cache_dtype=kv_cache_dtype,
+        causal=causal, num_tokens=num_tokens, num_seqs=num_seqs, max_query_len=max_query_len, kv_keys=kv_capacity,
+        page_size=page_size)
     return extend_launch.choose_extend(head_dim=head_dim, max_query_len=max_query_len, device_index=device_index,
-                                       window=window, num_tokens=num_tokens, kv_cache_dtype=kv_cache_dtype)
+                                       window=window, num_tokens=num_tokens, kv_cache_dtype=kv_cache_dtype,
+                                       tuned=None if entry is None else entry.dense)
 
 
 def fp8_dots_choices(*, kv_cache_dtype, dtype, causal: bool, device=None, arch: str | None = None) -> tuple[str, ...]:
@@ -83,7 +91,8 @@ def describe_launch(*, num_tokens: int, num_seqs: int, num_q_heads: int, num_kv_
     floats = workspace.elements(cfg.num_splits, num_tokens, num_q_heads, head_dim) if cfg.num_splits > 1 else 0
     dense = dense_kv_launch(
         causal=causal, window=sliding_window or 0, softcap=softcap or 0.0, dtype=dtype,
-        kv_cache_dtype=kv_cache_dtype, head_dim=head_dim, num_tokens=num_tokens, max_query_len=max_query_len,
+        kv_cache_dtype=kv_cache_dtype, heads=(num_q_heads, num_kv_heads, head_dim), num_tokens=num_tokens,
+        num_seqs=num_seqs, max_query_len=max_query_len, kv_capacity=kv_capacity, page_size=page_size,
         num_kv_splits=num_kv_splits,
         backend=backends.policy(backend, backends.ATTENTION_ENV, backends.ATTENTION_CHOICES),
         device_index=index) if new_kv else None

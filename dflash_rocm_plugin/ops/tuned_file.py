@@ -11,9 +11,12 @@ An entry is a shape bucket (``bucket``: query rows, sequences, keys and page siz
 up to a power of two, pages capped at 16) of one head layout, dtype, cache dtype and causality.
 ``launch`` replaces every tunable field of the Triton launch (``block_q``, the queries of a tile,
 only in entries of calls whose queries span several tiles: prefill, chunked prefill); ``backend``
-says which kernel the ``auto`` policy runs there.  Everything is checked on reading: a file made by another plugin
-version or format, for another architecture, or holding a field or value this version does not
-know is rejected whole (``ValueError`` with the reason), never half-applied.
+says which kernel the ``auto`` policy runs there; ``dense`` (prefill buckets) decides the whole prompts
+of calls that pass their own K/V rows: ``false`` keeps them on the pages, an object of ``DENSE_FIELDS``
+runs them in the dense-K/V kernel at those tiles (``ops/extend_launch.py``; calls without a sliding
+window).  Everything is checked on reading: a file made by another plugin version or format, for
+another architecture, or holding a field or value this version does not know is rejected whole
+(``ValueError`` with the reason), never half-applied.
 """
 
 from __future__ import annotations
@@ -35,13 +38,16 @@ OPTIONAL_LAUNCH_FIELDS = ("block_q", "fp8_dots")
 # calls that may run it (ops/launch_config.fp8_dots_allowed: "qk_pv_split" on gfx94x, "qk" where
 # DFLASH_ROCM_FP8_QK names them).
 TUNED_FP8_DOTS = ("none", "qk_split", "qk_pv_split", "qk")
+# The ExtendLaunch fields a tuned ``dense`` object sets; how K/V tiles are loaded (TMA or pointers) and which
+# chunks go dense stay the chooser's.
+DENSE_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")
 BACKENDS = ("triton", "aiter")
 DTYPES = ("float16", "bfloat16", "float32")
 KV_CACHE_DTYPES = DTYPES + ("float8_e4m3fn", "float8_e4m3fnuz")
 MAX_PAGE_BUCKET = 16  # the chooser tells page sizes apart below 16 only
 _DOC_KEYS = {"format", "plugin", "arch", "device", "created", "torch", "triton", "aiter", "tool", "entries"}
 _ENTRY_KEYS = {"heads", "dtype", "kv_cache_dtype", "causal", "q", "batch", "context", "page", "launch",
-               "backend", "measured"}
+               "backend", "dense", "measured"}
 _BUCKET_KEYS = ("q", "batch", "context", "page")
 
 
@@ -49,6 +55,7 @@ _BUCKET_KEYS = ("q", "batch", "context", "page")
 class Entry:
     launch: dict | None   # LAUNCH_FIELDS -> value, or None (only the backend is tuned)
     backend: str | None   # "triton" / "aiter" for the auto policy, or None (the default)
+    dense: dict | bool | None = None  # False: whole prompts stay paged; DENSE_FIELDS -> value; None: the rule
 
 
 def _p2(n: int) -> int:
@@ -100,12 +107,29 @@ def _launch_problem(launch) -> str | None:
     return f"launch values out of range: {', '.join(bad)}" if bad else None
 
 
+def _dense_problem(dense) -> str | None:
+    if dense is False:
+        return None
+    if not isinstance(dense, dict) or set(dense) != set(DENSE_FIELDS):
+        return f"dense is neither false nor an object of exactly {list(DENSE_FIELDS)}"
+    checks = {"block_m": _is_p2(dense["block_m"], 256) and dense["block_m"] >= 16,
+              "block_n": _is_p2(dense["block_n"], 256) and dense["block_n"] >= 16,
+              "num_warps": dense["num_warps"] in (1, 2, 4, 8, 16) and type(dense["num_warps"]) is int,
+              "num_stages": _is_int(dense["num_stages"], 1, 8)}
+    bad = [f"{k}={dense[k]!r}" for k, ok in checks.items() if not ok]
+    if bad:
+        return f"dense values out of range: {', '.join(bad)}"
+    if dense["block_n"] > dense["block_m"]:  # the kernel's diagonal starts at a multiple of both
+        return f"dense block_n {dense['block_n']} exceeds block_m {dense['block_m']}"
+    return None
+
+
 def _entry_problem(e) -> str | None:
     if not isinstance(e, dict):
         return "an entry is not an object"
     if set(e) - _ENTRY_KEYS:
         return f"unknown entry fields {sorted(set(e) - _ENTRY_KEYS)}"
-    missing = sorted((_ENTRY_KEYS - {"launch", "backend", "measured"}) - set(e))
+    missing = sorted((_ENTRY_KEYS - {"launch", "backend", "dense", "measured"}) - set(e))
     if missing:
         return f"entry without {missing}"
     heads = e["heads"]
@@ -119,9 +143,11 @@ def _entry_problem(e) -> str | None:
     for name in _BUCKET_KEYS:
         if not _is_p2(e[name], MAX_PAGE_BUCKET if name == "page" else math.inf):
             return f"{name} {e[name]!r} is not a bucket (a power of two{', <= 16' if name == 'page' else ''})"
-    if e.get("launch") is None and e.get("backend") is None:
-        return "an entry sets neither launch nor backend"
+    if e.get("launch") is None and e.get("backend") is None and e.get("dense") is None:
+        return "an entry sets none of launch, backend and dense"
     if e.get("launch") is not None and (why := _launch_problem(e["launch"])):
+        return why
+    if e.get("dense") is not None and (why := _dense_problem(e["dense"])):
         return why
     if e.get("backend") is not None and e["backend"] not in BACKENDS:
         return f"backend {e['backend']!r} is not one of {BACKENDS}"
@@ -155,7 +181,8 @@ def parse(doc, arch: str, version: str) -> dict[tuple, Entry]:
         if k in table:
             raise ValueError(f"entry {i}: a second entry for the same bucket")
         launch = None if e.get("launch") is None else dict(e["launch"])
-        table[k] = Entry(launch, e.get("backend"))
+        dense = e.get("dense")
+        table[k] = Entry(launch, e.get("backend"), dict(dense) if isinstance(dense, dict) else dense)
     return table
 
 

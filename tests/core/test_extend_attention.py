@@ -9,6 +9,8 @@ never taken (or reads the wrong rows) fails.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +20,7 @@ from dflash_rocm_plugin import ops, reference
 from dflash_rocm_plugin.ops import extend_launch
 from dflash_rocm_plugin.ops.backends import triton_extend
 from tests.core.cases import build, poisoned_like, tolerance
+from tests.core.conftest import clear_tuned_caches
 
 # The interpreter's launch (extend_launch.choose_extend): blocks of at least this many queries go dense.
 LONG = extend_launch.choose_extend(head_dim=32, max_query_len=1 << 20, device_index=None).block_m
@@ -275,6 +278,62 @@ def test_features_the_dense_path_leaves_to_pages(kw, extend_launches):
 def test_short_blocks_stay_paged(extend_launches):
     check(build([40, 33], [16, 16]))
     assert not extend_launches
+
+
+def tuned_dense(tmp_path, monkeypatch, case, dense, *, causal=True):
+    """A user tuned file for the interpreter ("cpu") whose one entry, for ``case``'s bucket, sets ``dense``."""
+    _, block_size, hkv, d = case.k_cache.shape
+    lens = (case.query_start_loc[1:] - case.query_start_loc[:-1]).tolist()
+    q, batch, context, page = ops.tuned_bucket(num_tokens=sum(lens), num_seqs=len(lens), max_query_len=max(lens),
+                                               kv_keys=case.block_table.shape[1] * block_size, page_size=block_size)
+    dtype = str(case.q.dtype).removeprefix("torch.")
+    entry = dict(heads=[case.q.shape[1], hkv, d], dtype=dtype, kv_cache_dtype=dtype, causal=causal, q=q,
+                 batch=batch, context=context, page=page, dense=dense)
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(ops.tuned_document("cpu", [entry], device="test")))
+    monkeypatch.setenv(ops.TUNED_CONFIGS_ENV, str(path))
+    clear_tuned_caches()
+
+
+@pytest.fixture
+def no_tuned_files(monkeypatch):
+    yield
+    clear_tuned_caches()
+
+
+def test_a_tuned_entry_keeps_its_bucket_s_prompts_paged(tmp_path, monkeypatch, no_tuned_files, extend_launches):
+    case = build([37, 40], [37, 40])
+    tuned_dense(tmp_path, monkeypatch, case, False)
+    check(case)
+    assert not extend_launches
+    other = build([70, 40], [70, 40])  # another bucket (query rows): the rule's dense launch
+    check(other)
+    assert extend_launches
+
+
+def test_a_tuned_entry_sets_its_bucket_s_dense_tiles(tmp_path, monkeypatch, no_tuned_files, extend_launches):
+    case = build([37, 40], [37, 40])
+    tiles = dict(block_m=16, block_n=16, num_warps=4, num_stages=1)
+    tuned_dense(tmp_path, monkeypatch, case, tiles)
+    check(case)
+    (prepared,) = extend_launches
+    assert {k: getattr(prepared.cfg, k) for k in tiles} == tiles
+    with ops.forced_extend(block_m=32):  # forced fields (sweeps) win over the file
+        check(case)
+    assert extend_launches[-1].cfg.block_m == 32
+
+
+def test_a_tuned_dense_entry_leaves_windowed_calls_and_short_blocks_to_the_rules(tmp_path, monkeypatch,
+                                                                                 no_tuned_files, extend_launches):
+    case = build([37, 40], [37, 40])
+    tuned_dense(tmp_path, monkeypatch, case, dict(block_m=16, block_n=16, num_warps=4, num_stages=1))
+    check(case, sliding_window=24)  # no lookup under a window: the rule's tile
+    assert extend_launches[-1].cfg.block_m == LONG
+    short = build([40, 33], [16, 16])
+    tuned_dense(tmp_path, monkeypatch, short, dict(block_m=16, block_n=16, num_warps=4, num_stages=1))
+    count = len(extend_launches)
+    check(short)  # the host bound on query rows still decides which calls may go dense
+    assert len(extend_launches) == count
 
 
 # --- fp8 caches: the prompts read the host's rows rounded as the cache stores them -------------------

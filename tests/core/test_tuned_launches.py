@@ -31,6 +31,7 @@ from tests.core.conftest import clear_tuned_caches
 
 LOGGER = "dflash_rocm_plugin.launches"
 FAST = dict(block_n=32, num_warps=8, num_stages=4, num_splits=1, page_ids_asm=False, overlap_qk=True)
+DENSE = dict(block_m=64, block_n=64, num_warps=4, num_stages=2)
 
 
 def entry(heads=(32, 8, 128), dtype="bfloat16", kv="bfloat16", causal=False, q=16, batch=32, context=16384,
@@ -129,6 +130,33 @@ def test_forced_fields_win_over_a_tuned_entry(h200, files):
     files("user", doc([entry()]))
     with ops.forced_launch(num_stages=2):
         assert launch().num_stages == 2 and launch().block_n == FAST["block_n"]
+
+
+def prompt_launch(batch=1, context=8192, causal=True, window=None, kv=None):
+    """What a prefill call that passes its own K/V rows runs (Qwen3-8B heads, page 16)."""
+    return ops.describe_launch(num_tokens=batch * context, num_seqs=batch, num_q_heads=32, num_kv_heads=8,
+                               head_dim=128, page_size=16, kv_capacity=context, causal=causal,
+                               max_query_len=context, sliding_window=window, kv_cache_dtype=kv, new_kv=True,
+                               device=torch.device("cuda", 0))
+
+
+def test_an_entry_s_dense_part_decides_its_bucket_s_whole_prompts(h200, files):
+    rule = prompt_launch().dense_launch
+    assert rule is not None and rule.block_m == 128 and rule.use_desc
+    prefill = dict(heads=(32, 8, 128), causal=True, q=8192, batch=1, context=8192, launch=None)
+    files("user", doc([entry(**prefill, dense=DENSE)]))
+    tuned = prompt_launch().dense_launch
+    assert {k: getattr(tuned, k) for k in DENSE} == DENSE
+    assert (tuned.use_desc, tuned.qo_desc, tuned.chunks) == (rule.use_desc, rule.qo_desc, rule.chunks)
+    for other in (dict(batch=2), dict(context=16384), dict(window=4096)):  # other buckets; windows keep the rule
+        assert prompt_launch(**other).dense_launch.block_m == 128, other
+    files("user", doc([entry(**prefill, dense=False)]))
+    assert prompt_launch().dense_launch is None and prompt_launch(batch=2).dense_launch is not None
+    with ops.forced_extend(block_n=64):  # sweeps force the dense kernel whatever the file says
+        assert prompt_launch().dense_launch.block_n == 64
+    files("user", doc([entry(**prefill, dense=DENSE, kv="float8_e4m3fn")]))  # a cache of its own
+    assert prompt_launch(kv=torch.float8_e4m3fn).dense_launch.block_m == 64
+    assert prompt_launch().dense_launch.block_m == 128
 
 
 # ----------------------------------------------------------------------------- KV splits
@@ -273,6 +301,12 @@ BAD = {
     "fp8 dots other than Q K^T": (doc([entry(kv="float8_e4m3fn", launch=dict(FAST, fp8_dots="pv"))]),
                                   "fp8_dots='pv'"),
     "two entries for one bucket": (doc([entry(), entry()]), "same bucket"),
+    "dense true": (doc([entry(dense=True)]), "dense is neither false nor an object"),
+    "unknown dense field": (doc([entry(dense=dict(DENSE, use_desc=False))]), "dense is neither false nor an object"),
+    "dense value out of range": (doc([entry(dense=dict(DENSE, block_m=96))]), "block_m=96"),
+    "dense key tiles wider than its query tiles": (doc([entry(dense=dict(DENSE, block_m=32))]),
+                                                   "block_n 64 exceeds block_m 32"),
+    "an entry without launch, backend or dense": (doc([entry(launch=None)]), "none of launch, backend and dense"),
     "not an object": ("[1, 2]", "not a JSON object"),
 }
 
