@@ -57,6 +57,7 @@ from dflash_rocm_plugin.ops.tuned import only as tuned_sources
 from dflash_rocm_plugin.ops.tuned import read as read_tuned_file
 from dflash_rocm_plugin.ops.tuned import user_path as tuned_user_path
 from dflash_rocm_plugin.ops.tuned_file import LAUNCH_FIELDS as TUNED_LAUNCH_FIELDS
+from dflash_rocm_plugin.ops.tuned_file import DENSE_FIELDS as TUNED_DENSE_FIELDS
 from dflash_rocm_plugin.ops.tuned_file import OPTIONAL_LAUNCH_FIELDS as TUNED_OPTIONAL_LAUNCH_FIELDS
 from dflash_rocm_plugin.ops.tuned_file import bucket as tuned_bucket
 from dflash_rocm_plugin.ops.support import (
@@ -95,6 +96,6 @@ __all__ = [
     "MAX_KV_SPLITS",
     "kernel_paths", "aiter_may_serve", "AiterUnavailable",
     "tuned_configs", "tuned_sources", "tuned_bucket", "tuned_document", "read_tuned_file", "tuned_user_path",
-    "TUNED_CONFIGS_ENV", "TUNED_LAUNCH_FIELDS", "TUNED_OPTIONAL_LAUNCH_FIELDS",
+    "TUNED_CONFIGS_ENV", "TUNED_LAUNCH_FIELDS", "TUNED_OPTIONAL_LAUNCH_FIELDS", "TUNED_DENSE_FIELDS",
 ]
 

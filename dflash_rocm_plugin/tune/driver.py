@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from dflash_rocm_plugin import ops
+from dflash_rocm_plugin.bench import inputs
 from dflash_rocm_plugin.tune import output, search, space as space_mod
 from dflash_rocm_plugin.tune.measure import BucketBench, Timer
 
@@ -44,6 +45,8 @@ def expected_candidates(shapes, arch: str, dtype, space: space_mod.Space | None 
         # An fp8 cache here is in the GPU's own format (tune.cli).
         fp8_dots = 1 if shape.kv != "fp8" else len(ops.fp8_dots_choices(
             kv_cache_dtype=ops.native_fp8_dtype(arch), dtype=dtype, causal=shape.causal, arch=arch))
+        if shape.klass in space_mod.PREFILL_CLASSES and shape.q_len >= inputs.NEW_KV_MIN_QUERY:
+            extra += space_mod.prompt_candidate_count(space)  # the prompts' own rows (search.tune_prompts)
         counts.append(space_mod.candidate_count(space, can_split, shape.context, plan.launch.block_n,
                                                 group=hq // hkv, q_len=shape.q_len, fp8_dots=fp8_dots) + extra)
     return counts
@@ -66,8 +69,17 @@ def tune_all(shapes, *, device, arch: str, dtype, timer: Timer, out_path: Path, 
             with ops.tuned_sources("shipped"):  # its default launch: what runs without the user's file
                 bench = BucketBench(shape, device, dtype, timer, fp8_dtype=fp8_dtype)
             key = output.entry_key(search.bucket_key(bench))
-            outcomes.append(search.tune_bucket(bench, space, deadline=deadline, prior=prior.get(key), progress=bar))
+            outcome = search.tune_bucket(bench, space, deadline=deadline, prior=prior.get(key), progress=bar)
             del bench
+            if shape.klass in space_mod.PREFILL_CLASSES and space.dense_tiles and outcome.bucket:
+                # The same bucket's prompts passed with their own K/V rows, as the hosts pass them.
+                with ops.tuned_sources("shipped"):
+                    rows = BucketBench(shape, device, dtype, timer, fp8_dtype=fp8_dtype, own_rows=True)
+                part, tried = search.tune_prompts(rows, space, deadline=deadline,
+                                                  paged=(outcome.entry or {}).get("launch"), progress=bar)
+                outcome = search.with_prompts(outcome, part, tried)
+                del rows
+            outcomes.append(outcome)
             gc.collect()
             if torch.device(device).type == "cuda":
                 torch.cuda.empty_cache()

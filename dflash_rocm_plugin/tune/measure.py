@@ -28,6 +28,11 @@ class Candidate:
     label: str
     backend: str                 # "auto" | "triton" | "aiter"
     fields: tuple = ()           # (name, value) pairs of ops.TUNED_LAUNCH_FIELDS, forced; () = chosen
+    # Calls that pass their prompts' own K/V rows (``BucketBench(own_rows=True)``): (name, value) pairs of
+    # ops.TUNED_DENSE_FIELDS forcing the dense kernel's tile, or ``pages`` (the rows withheld: every prompt
+    # reads the pages); neither: the chooser's.
+    dense: tuple = ()
+    pages: bool = False
 
     @property
     def launch(self) -> dict | None:
@@ -77,14 +82,23 @@ def launch_text(fields: dict) -> str:
             + {"qk": " fp8qk", "qk_split": " fp8qk2", "qk_pv_split": " fp8qkpv2"}.get(fields.get("fp8_dots"), ""))
 
 
+def dense_text(launch) -> str:
+    """``dense Q128 BN64 W8 S2``: the dense kernel's tile, warps and stages; ``pages`` without one."""
+    if launch is None:
+        return "pages"
+    return f"dense Q{launch.block_m} BN{launch.block_n} W{launch.num_warps} S{launch.num_stages}"
+
+
 class BucketBench:
     """Inputs of one shape on ``device``; ``run`` checks and times one candidate over them."""
 
-    def __init__(self, shape: TuneShape, device, dtype, timer: Timer, fp8_dtype=torch.float8_e4m3fn):
+    def __init__(self, shape: TuneShape, device, dtype, timer: Timer, fp8_dtype=torch.float8_e4m3fn,
+                 own_rows: bool = False):
         self.shape, self.device, self.timer = shape, torch.device(device), timer
-        # Without a prompt's own K/V rows: the tuner times the paged launch, which those rows would
-        # hand a whole prompt's work away from (to the dense kernel, ops/extend_launch.py).
-        self.case = inputs.build(shape, self.device, dtype=dtype, new_kv=False)
+        # Without a prompt's own K/V rows the paged launch is timed, which those rows would hand a whole
+        # prompt's work away from (to the dense kernel, ops/extend_launch.py); ``own_rows`` times that hand-off.
+        self.case = inputs.build(shape, self.device, dtype=dtype, new_kv=own_rows)
+        self.paged_case = dataclasses.replace(self.case, new_kv=None)
         if shape.kv == "fp8" and fp8_dtype != self.case.k_cache.dtype:
             self.case.k_cache = self.case.k_cache.float().to(fp8_dtype)
             self.case.v_cache = self.case.v_cache.float().to(fp8_dtype)
@@ -109,13 +123,14 @@ class BucketBench:
     def kv_keys(self) -> int:
         return self.case.block_tables[0].shape[1] * self.shape.page
 
-    def describe(self, backend: str = "auto", num_kv_splits=None):
+    def describe(self, backend: str = "auto", num_kv_splits=None, own_rows: bool = False):
         s, (hq, hkv, d), case = self.shape, self.shape.heads, self.case
         return ops.describe_launch(
             num_tokens=case.q.shape[0], num_seqs=s.batch, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
             page_size=s.page, kv_capacity=self.kv_keys, causal=s.causal,
             dtype=case.q.dtype, max_query_len=s.q_len, num_kv_splits=num_kv_splits, sinks=case.sinks is not None,
-            kv_cache_dtype=case.k_cache.dtype, device=self.device, backend=backend)
+            kv_cache_dtype=case.k_cache.dtype, device=self.device, backend=backend,
+            new_kv=own_rows and case.new_kv is not None)
 
     @property
     def bucket(self) -> tuple[int, int, int, int]:
@@ -123,8 +138,9 @@ class BucketBench:
         return ops.tuned_bucket(num_tokens=case.q.shape[0], num_seqs=s.batch, max_query_len=s.q_len,
                                 kv_keys=self.kv_keys, page_size=s.page)
 
-    def _calls(self, backend: str) -> list:
-        return self.case.plugin_calls(self.outs, workspace=self.workspace, backend=backend)
+    def _calls(self, backend: str, pages: bool = False) -> list:
+        case = self.paged_case if pages else self.case
+        return case.plugin_calls(self.outs, workspace=self.workspace, backend=backend)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -132,13 +148,18 @@ class BucketBench:
 
     def run(self, candidate: Candidate) -> Measured:
         result = Measured(candidate)
-        forced = ops.forced_launch(**dict(candidate.fields)) if candidate.fields else contextlib.nullcontext()
-        with forced:
-            plan = self.describe(backend=candidate.backend)
+        with contextlib.ExitStack() as forced:
+            if candidate.fields:
+                forced.enter_context(ops.forced_launch(**dict(candidate.fields)))
+            if candidate.dense:
+                forced.enter_context(ops.forced_extend(**dict(candidate.dense)))
+            plan = self.describe(backend=candidate.backend, own_rows=not candidate.pages)
             tuned_fields = () if plan.launch is None else fields_of(plan.launch, rows=not self.can_split,
                                                                      fp8_dots=len(self.fp8_dots) > 1)
             result.ran = plan.backend if plan.launch is None else f"{plan.backend} {launch_text(dict(tuned_fields))}"
-            calls = self._calls(candidate.backend)
+            if self.case.new_kv is not None:
+                result.ran += f"; prompts {dense_text(plan.dense_launch)}"
+            calls = self._calls(candidate.backend, pages=candidate.pages)
             try:
                 for out in self.outs:
                     out.fill_(float("nan"))

@@ -68,13 +68,18 @@ def table(outcomes) -> str:
     """Default vs tuned per bucket (graph-replay medians; the tuned column only where an entry is written)."""
     lines = [f"{'bucket':<28} {'default':>12} {'tuned':>12} {'gain':>7}  decision / default launch -> tuned"]
     for o in outcomes:
-        m = (o.entry or {}).get("measured")
-        gain = f"{m['default_us'] / m['tuned_us']:6.2f}x" if m else " " * 7  # against the launch it replaces
+        m = (o.entry or {}).get("measured") or {}
+        # against the launch it replaces
+        gain = f"{m['default_us'] / m['tuned_us']:6.2f}x" if "default_us" in m else " " * 7
         tail = o.decision
         if o.default is not None:
             tail += f"; {_what(o.default)}"
         if o.tuned is not None:
             tail += f" -> {_what(o.tuned)}"
+        if "prompts" in m:  # the prompts' own rows: dense kernel or pages
+            p = m["prompts"]
+            tail += (f"; with the prompts' rows {p['default_us']:.1f} us -> {p['tuned_us']:.1f} us "
+                     f"({p['default']} -> {p['tuned']})")
         tuned = _us(o.tuned) if o.tuned is not None else " " * 12
         lines.append(f"{o.label:<28} {_us(o.default)} {tuned} {gain}  {tail}")
     return "\n".join(lines)
@@ -85,6 +90,7 @@ def record(outcomes, meta: dict) -> dict:
         if m is None:
             return None
         return {"label": m.candidate.label, "backend": m.candidate.backend, "launch": m.candidate.launch,
+                "dense": dict(m.candidate.dense) or None, "pages": m.candidate.pages,
                 "ran": m.ran, "graph_us": m.timing.graph_us if m.ok else None,
                 "flushed_us": m.timing.flushed_us if m.ok else None, "rel_err": m.rel_err, "error": m.error}
     return {**meta, "buckets": [{"label": o.label, "bucket": o.bucket, "decision": o.decision,

@@ -166,6 +166,53 @@ def tune_bucket(bench: BucketBench, space: space_mod.Space, *, deadline: float, 
     return _finish(out, sweep)
 
 
+def tune_prompts(bench: BucketBench, space: space_mod.Space, *, deadline: float, paged: dict | None = None,
+                 progress=lambda text: None) -> tuple[dict | None, list]:
+    """Where a bucket's calls pass their prompts' own K/V rows (``bench`` built with ``own_rows``): the
+    ``dense`` part of its entry, or None, and every result.  Candidates: the prompts read from the pages (at
+    ``paged``, the bucket's tuned paged launch, if any) and the dense kernel at each of ``space.dense_tiles``,
+    against what runs without the user's file; the winner must beat it twice, as a launch must."""
+    results: list = []
+
+    def run(candidate: Candidate) -> Measured | None:
+        if time.monotonic() > deadline:
+            return None
+        progress(f"{bench.shape.label} prompts {candidate.label}")
+        results.append(bench.run(candidate))
+        return results[-1]
+
+    with ops.tuned_sources("shipped"):
+        if bench.case.new_kv is None or bench.describe(own_rows=True).dense_launch is None:
+            return None, results  # the chooser keeps these prompts paged whatever the tile
+        default = run(Candidate("default", "auto"))
+        if default is None or not default.ok:
+            return None, results
+        fields = tuple(sorted((paged or {}).items()))
+        run(Candidate("pages", "auto", fields, pages=True))
+        for tile in space.dense_tiles:
+            if tile[1] <= tile[0]:
+                run(Candidate("dense Q{} BN{} W{} S{}".format(*tile), "auto",
+                              dense=tuple(zip(ops.TUNED_DENSE_FIELDS, tile))))
+        best = _fastest(r for r in results[1:] if r is not None)
+        if best is None or not beats(best, default) or not _confirmed(bench, best, default):
+            return None, results
+    part = False if best.candidate.pages else dict(best.candidate.dense)
+    return {"dense": part, "measured": _measured(default, best)}, results
+
+
+def with_prompts(out: Outcome, part: dict | None, tried: list) -> Outcome:
+    """``out`` with the ``dense`` part of its entry (``tune_prompts``) and what that timed."""
+    out.tried += [m for m in tried if m is not None]
+    if part is None:
+        return out
+    entry = out.entry or dict(out.bucket)
+    entry["dense"] = part["dense"]
+    entry["measured"] = dict(entry.get("measured") or {}, prompts=part["measured"])
+    out.entry = entry
+    out.decision = "tuned (prompts)" if out.decision == "default kept" else f"{out.decision} and prompts"
+    return out
+
+
 def _finish(out: Outcome, sweep: _Sweep) -> Outcome:
     out.tried = list(sweep.seen.values())
     return out

@@ -67,20 +67,29 @@ class Space:
     page_ids_asm: tuple = (False,)
     overlap_qk: tuple = (False, True)
     rows: tuple = ()                     # query rows per tile tried where queries span several tiles
+    # The dense-K/V prefill kernel's (block_m, block_n, num_warps, num_stages) tried on whole prompts, beside
+    # the prompts read from the pages (block_n <= block_m: the kernel's diagonal starts at a multiple of both).
+    dense_tiles: tuple = ()
 
 
 def space_for(arch: str) -> Space:
     if arch.startswith("sm_"):
         # H200 v1-v4 (benchmarks/NOTES.md): BLOCK_N 32-128, 4/8 warps, 2-5 stages all won somewhere.
         # Prefill: 64-256 rows (H200 v7: 256 rows won at 1 x 8K and 1 x 32K, 128 at 4 x 4K).
+        # Dense prefill: the tiles of H200 v15 and H100 v16 (ops/extend_launch.py).
         return Space(tiles=tuple(itertools.product((32, 64, 128), (4, 8), (2, 3, 4, 5))),
-                     page_ids_asm=(False, True) if ops.takes_inline_ptx(arch) else (False,), rows=(64, 128, 256))
+                     page_ids_asm=(False, True) if ops.takes_inline_ptx(arch) else (False,), rows=(64, 128, 256),
+                     dense_tiles=((128, 128, 8, 3), (128, 64, 8, 2), (128, 64, 4, 2), (64, 64, 4, 3),
+                                  (256, 64, 8, 3)))
     if arch.startswith("gfx"):
         # CDNA3/4: 1-3 stages (registers bound occupancy past that), no inline PTX; prefill rows as on
         # Hopper (AMD's own Triton attention kernels run 128-256-row tiles; unmeasured here).
-        return Space(tiles=tuple(itertools.product((32, 64, 128), (4, 8), (1, 2, 3))), rows=(64, 128, 256))
+        # Dense prefill: 128 rows at the chooser's warps, 64 rows, 32-128-key tiles, 1-2 stages (no TMA).
+        return Space(tiles=tuple(itertools.product((32, 64, 128), (4, 8), (1, 2, 3))), rows=(64, 128, 256),
+                     dense_tiles=((128, 64, 8, 1), (128, 64, 4, 2), (128, 32, 8, 2), (128, 128, 8, 1),
+                                  (64, 64, 4, 1), (64, 64, 4, 2)))
     # The interpreter: a token sweep, for checking the machinery.
-    return Space(splits=(1, 2), tiles=((16, 4, 1), (32, 4, 1)), overlap_qk=(False,))
+    return Space(splits=(1, 2), tiles=((16, 4, 1), (32, 4, 1)), overlap_qk=(False,), dense_tiles=((16, 16, 4, 1),))
 
 
 def family(arch: str) -> str:
@@ -126,3 +135,9 @@ def candidate_count(space: Space, can_split: bool, kv_keys: int, block_n: int, g
     first = len(split_counts(space, kv_keys, block_n)) if can_split else len(row_choices(space, group, q_len))
     flags = len(space.page_ids_asm) * len(space.overlap_qk) * fp8_dots
     return first + len(space.tiles) + flags + (2 if can_split else 0)
+
+
+def prompt_candidate_count(space: Space) -> int:
+    """How many launches ``search.tune_prompts`` times for one prefill bucket: the default, the pages and
+    each dense tile the kernel takes."""
+    return (2 + sum(1 for tile in space.dense_tiles if tile[1] <= tile[0])) if space.dense_tiles else 0

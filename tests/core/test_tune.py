@@ -378,3 +378,39 @@ def test_prefill_buckets_time_the_paged_launch_without_the_prompts_own_rows():
     bench = measure.BucketBench(shape, torch.device("cpu"), torch.float32, FakeTimer(lambda c, n: 1.0))
     assert bench.case.new_kv is None
     assert inputs.build(shape, torch.device("cpu"), dtype=torch.float32).new_kv is not None
+
+
+@pytest.mark.parametrize("winner", ["pages", "dense", "none"])
+def test_prefill_buckets_time_the_prompts_own_rows_dense_and_paged_and_write_the_winner(tmp_path, monkeypatch,
+                                                                                       winner):
+    """Passed with their own K/V rows (as the hosts pass a prefill), a bucket's prompts run the dense kernel by
+    the chooser's rule; the tuner times that default against the prompts read from the pages and against each
+    dense tile, every one checked against the reference first, and writes ``dense`` only for a win."""
+    monkeypatch.setenv(tuned.ENV, "off")
+    clear_tuned_caches()
+    shapes = space_mod.buckets(["prefill"], HEADS, [16], [(1, 128)])
+    space = space_mod.Space(splits=(1,), tiles=((16, 4, 1),), overlap_qk=(False,), dense_tiles=((16, 16, 4, 1),))
+    speed = {"pages": 40.0 if winner == "pages" else 150.0,
+             "dense Q16 BN16 W4 S1": 30.0 if winner == "dense" else 150.0}
+    timer = FakeTimer(lambda c, n: speed.get(c.label, 100.0))
+    rc, record = tune(tmp_path, shapes, timer, space=space)
+    (bucket,) = record["buckets"]
+    prompts = [t for t in bucket["tried"] if t["pages"] or t["dense"] or "prompts dense" in t["ran"]]
+    assert rc == 0 and all(t["error"] is None for t in bucket["tried"])
+    assert {t["label"] for t in prompts} >= {"pages", "dense Q16 BN16 W4 S1"}
+    assert any(t["ran"].endswith("prompts pages") for t in prompts if t["pages"])
+    # the paged launch's tile and flags, then the prompts' default, pages and one dense tile
+    assert driver.expected_candidates(shapes, "cpu", torch.float32, space) == [2 + 3]
+    entry = bucket["entry"]
+    if winner == "none":
+        assert entry is None or "dense" not in entry
+        return
+    want = False if winner == "pages" else dict(block_m=16, block_n=16, num_warps=4, num_stages=1)
+    assert entry["dense"] == want and "prompts" in entry["measured"]
+    monkeypatch.setenv(tuned.ENV, str(tmp_path / "tuned" / "cpu.json"))
+    clear_tuned_caches()
+    got = ops.describe_launch(num_tokens=128, num_seqs=1, num_q_heads=4, num_kv_heads=2, head_dim=32, page_size=16,
+                              kv_capacity=128, max_query_len=128, dtype=torch.float32, causal=True,
+                              new_kv=True).dense_launch
+    assert (got is None) if winner == "pages" else (got.block_m, got.block_n) == (16, 16)
+    clear_tuned_caches()
