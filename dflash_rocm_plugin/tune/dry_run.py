@@ -30,6 +30,8 @@ def plan(args, shapes, arch: str | None) -> dict:
             "expected_s": round(sum(seconds)), "seconds_per_candidate": per_candidate, "buckets_in_budget": fit,
             "space": {"num_splits": list(space.splits), "tiles": [list(t) for t in space.tiles],
                       "page_ids_asm": list(space.page_ids_asm), "overlap_qk": list(space.overlap_qk),
+                      "dense_tiles": [list(t) for t in space.dense_tiles]
+                      if any(s.klass in space_mod.PREFILL_CLASSES for s in shapes) else [],
                       "backend": any(driver.aiter_may_serve(s, arch, dtype) for s in shapes),
                       "fp8_dots": {kind: list(ops.fp8_dots_choices(kv_cache_dtype=ops.native_fp8_dtype(arch),
                                                                    dtype=dtype, causal=causal, arch=arch))
@@ -48,7 +50,10 @@ def text(record: dict, budget_min: float) -> str:
              f"{'/'.join(map(str, sp['overlap_qk']))}"
              + (f"; each with fp8_dots {'/'.join(sp['fp8_dots']['draft'])} (draft), "
                 f"{'/'.join(sp['fp8_dots']['verify'])} (verify)" if record["kv"] == "fp8" else "")
-             + ("; backend triton vs aiter where AITER serves the bucket" if sp["backend"] else ""),
+             + ("; backend triton vs aiter where AITER serves the bucket" if sp["backend"] else "")
+             + (f"; prefill prompts with their own rows: the pages vs the dense kernel at {len(sp['dense_tiles'])} "
+                "tiles of " + ", ".join("Q{}xBN{} W{} S{}".format(*t) for t in sp["dense_tiles"])
+                if sp["dense_tiles"] else ""),
              f"{'bucket':<28} {'candidates':>10}"]
     lines += [f"{b['label']:<28} {b['candidates']:>10}" for b in record["buckets"]]
     n, fit = len(record["buckets"]), record["buckets_in_budget"]
