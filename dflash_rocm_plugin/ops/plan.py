@@ -42,7 +42,7 @@ def dense_kv_launch(*, causal: bool, window: int, softcap: float, dtype, kv_cach
             kv_cache_dtype=dtype if kv_cache_dtype is None else kv_cache_dtype, head_dim=head_dim):
         return None
     entry = None if window else tuned.lookup(
-        _runtime.gpu_arch(device_index), heads=tuple(heads), dtype=dtype, kv_cache_dtype=kv_cache_dtype,
+        _runtime.gpu_arch(device_index), heads=heads, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
         causal=causal, num_tokens=num_tokens, num_seqs=num_seqs, max_query_len=max_query_len, kv_keys=kv_capacity,
         page_size=page_size)
     return extend_launch.choose_extend(head_dim=head_dim, max_query_len=max_query_len, device_index=device_index,

@@ -139,5 +139,5 @@ def candidate_count(space: Space, can_split: bool, kv_keys: int, block_n: int, g
 
 def prompt_candidate_count(space: Space) -> int:
     """How many launches ``search.tune_prompts`` times for one prefill bucket: the default, the pages and
-    each dense tile the kernel takes."""
-    return (2 + sum(1 for tile in space.dense_tiles if tile[1] <= tile[0])) if space.dense_tiles else 0
+    each dense tile."""
+    return 2 + len(space.dense_tiles) if space.dense_tiles else 0

@@ -296,12 +296,13 @@ def tuned_dense(tmp_path, monkeypatch, case, dense, *, causal=True):
 
 
 @pytest.fixture
-def no_tuned_files(monkeypatch):
+def tuned_caches_cleared():
+    """The tuned tables read under a test's file are dropped after it."""
     yield
     clear_tuned_caches()
 
 
-def test_a_tuned_entry_keeps_its_bucket_s_prompts_paged(tmp_path, monkeypatch, no_tuned_files, extend_launches):
+def test_a_tuned_entry_keeps_its_bucket_s_prompts_paged(tmp_path, monkeypatch, tuned_caches_cleared, extend_launches):
     case = build([37, 40], [37, 40])
     tuned_dense(tmp_path, monkeypatch, case, False)
     check(case)
@@ -311,7 +312,7 @@ def test_a_tuned_entry_keeps_its_bucket_s_prompts_paged(tmp_path, monkeypatch, n
     assert extend_launches
 
 
-def test_a_tuned_entry_sets_its_bucket_s_dense_tiles(tmp_path, monkeypatch, no_tuned_files, extend_launches):
+def test_a_tuned_entry_sets_its_bucket_s_dense_tiles(tmp_path, monkeypatch, tuned_caches_cleared, extend_launches):
     case = build([37, 40], [37, 40])
     tiles = dict(block_m=16, block_n=16, num_warps=4, num_stages=1)
     tuned_dense(tmp_path, monkeypatch, case, tiles)
@@ -324,7 +325,7 @@ def test_a_tuned_entry_sets_its_bucket_s_dense_tiles(tmp_path, monkeypatch, no_t
 
 
 def test_a_tuned_dense_entry_leaves_windowed_calls_and_short_blocks_to_the_rules(tmp_path, monkeypatch,
-                                                                                 no_tuned_files, extend_launches):
+                                                                                 tuned_caches_cleared, extend_launches):
     case = build([37, 40], [37, 40])
     tuned_dense(tmp_path, monkeypatch, case, dict(block_m=16, block_n=16, num_warps=4, num_stages=1))
     check(case, sliding_window=24)  # no lookup under a window: the rule's tile
