@@ -64,6 +64,23 @@ def _what(m) -> str:
     return "" if m is None else m.ran
 
 
+def _prompts_kept(timed) -> str:
+    """What a bucket's prompts timed where the chooser's path for them won: that path, the pages, and the
+    fastest other dense tile (on a GPU whose rules were measured elsewhere, the comparison itself is news)."""
+    default, others = timed[0], [m for m in timed[1:] if m.ok]
+    if not default.ok:
+        return ""
+    text = f"; prompts kept: {default.ran.rpartition('; prompts ')[2]} {default.timing.graph_us:.1f} us"
+    pages = next((m for m in others if m.candidate.pages), None)
+    if pages is not None:
+        text += f", pages {pages.timing.graph_us:.1f} us"
+    dense = [m for m in others if not m.candidate.pages and m.ran != default.ran]
+    if dense:
+        best = min(dense, key=lambda m: m.timing.graph_us)
+        text += f", best other {best.candidate.label} {best.timing.graph_us:.1f} us"
+    return text
+
+
 def table(outcomes) -> str:
     """Default vs tuned per bucket (graph-replay medians; the tuned column only where an entry is written)."""
     lines = [f"{'bucket':<28} {'default':>12} {'tuned':>12} {'gain':>7}  decision / default launch -> tuned"]
@@ -80,6 +97,8 @@ def table(outcomes) -> str:
             p = m["prompts"]
             tail += (f"; with the prompts' rows {p['default_us']:.1f} us -> {p['tuned_us']:.1f} us "
                      f"({p['default']} -> {p['tuned']})")
+        elif o.prompts:
+            tail += _prompts_kept(o.prompts)
         tuned = _us(o.tuned) if o.tuned is not None else " " * 12
         lines.append(f"{o.label:<28} {_us(o.default)} {tuned} {gain}  {tail}")
     return "\n".join(lines)

@@ -30,6 +30,7 @@ class Outcome:
     decision: str = ""                # "tuned", "default kept", "skipped: ...", "failed: ..."
     tried: list = dataclasses.field(default_factory=list)
     prior_dropped: bool = False       # a previous entry for the bucket lost to the default
+    prompts: list = dataclasses.field(default_factory=list)  # the prompts' own rows timed (tune_prompts)
 
 
 def beats(a: Measured, b: Measured) -> bool:
@@ -202,6 +203,7 @@ def tune_prompts(bench: BucketBench, space: space_mod.Space, *, deadline: float,
 def with_prompts(out: Outcome, part: dict | None, tried: list) -> Outcome:
     """``out`` with the ``dense`` part of its entry (``tune_prompts``) and what that timed."""
     out.tried += tried
+    out.prompts = list(tried)
     if part is None:
         return out
     entry = out.entry or dict(out.bucket)

@@ -382,7 +382,7 @@ def test_prefill_buckets_time_the_paged_launch_without_the_prompts_own_rows():
 
 @pytest.mark.parametrize("winner", ["pages", "dense", "none"])
 def test_prefill_buckets_time_the_prompts_own_rows_dense_and_paged_and_write_the_winner(tmp_path, monkeypatch,
-                                                                                       winner):
+                                                                                       capsys, winner):
     """Passed with their own K/V rows (as the hosts pass a prefill), a bucket's prompts run the dense kernel by
     the chooser's rule; the tuner times that default against the prompts read from the pages and against each
     dense tile, every one checked against the reference first, and writes ``dense`` only for a win."""
@@ -404,7 +404,12 @@ def test_prefill_buckets_time_the_prompts_own_rows_dense_and_paged_and_write_the
     entry = bucket["entry"]
     if winner == "none":
         assert entry is None or "dense" not in entry
+        # the table still says what the prompts' path was timed against
+        (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("prefill b1x128")]
+        assert row.endswith("; prompts kept: dense Q32 BN16 W4 S1 100.0 us, pages 150.0 us, "
+                            "best other dense Q16 BN16 W4 S1 150.0 us"), row
         return
+    assert "prompts kept" not in capsys.readouterr().out
     want = False if winner == "pages" else dict(block_m=16, block_n=16, num_warps=4, num_stages=1)
     assert entry["dense"] == want and "prompts" in entry["measured"]
     monkeypatch.setenv(tuned.ENV, str(tmp_path / "tuned" / "cpu.json"))
