@@ -6,6 +6,7 @@ import pytest
 
 from dflash_rocm_plugin.ops import backends
 from dflash_rocm_plugin.ops.backends import aiter, aiter_loader
+from tests.conftest import clear_tuned_caches  # noqa: F401 - the core tests import it from here
 
 
 @pytest.fixture
@@ -33,9 +34,3 @@ def no_tuned_launches(monkeypatch):
     clear_tuned_caches()
     yield
     clear_tuned_caches()
-
-
-def clear_tuned_caches():
-    from dflash_rocm_plugin.ops import tuned
-    tuned.table.cache_clear()
-    tuned._load.cache_clear()

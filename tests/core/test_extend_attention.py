@@ -295,13 +295,6 @@ def tuned_dense(tmp_path, monkeypatch, case, dense, *, causal=True):
     clear_tuned_caches()
 
 
-@pytest.fixture
-def tuned_caches_cleared():
-    """The tuned tables read under a test's file are dropped after it."""
-    yield
-    clear_tuned_caches()
-
-
 def test_a_tuned_entry_keeps_its_bucket_s_prompts_paged(tmp_path, monkeypatch, tuned_caches_cleared, extend_launches):
     case = build([37, 40], [37, 40])
     tuned_dense(tmp_path, monkeypatch, case, False)

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from dflash_rocm_plugin import ops, reference
-from dflash_rocm_plugin.ops import extend_launch, tuned
+from dflash_rocm_plugin.ops import extend_launch
+from tests.conftest import clear_tuned_caches
 from tests.gpu.caches import paged_caches
 
 pytestmark = pytest.mark.gpu
@@ -189,7 +190,7 @@ TUNED_TILE = dict(block_m=64, block_n=64, num_warps=4, num_stages=3)
 
 
 @pytest.mark.parametrize("dense", [False, TUNED_TILE], ids=["pages", "tile-64x64"])
-def test_a_tuned_entry_decides_its_bucket_s_prompts(dense, tmp_path, monkeypatch):
+def test_a_tuned_entry_decides_its_bucket_s_prompts(dense, tmp_path, monkeypatch, tuned_caches_cleared):
     # What ``dflash-rocm tune --prefill`` writes for a bucket: its prompts on the pages, or the dense kernel in
     # another tile than the rule's.  The file is read as a user's is; the call follows it and stays exact.
     seq_lens = [2048, 2048]
@@ -202,35 +203,29 @@ def test_a_tuned_entry_decides_its_bucket_s_prompts(dense, tmp_path, monkeypatch
     path = tmp_path / f"{arch}.json"
     path.write_text(json.dumps(ops.tuned_document(arch, [entry], device="test")))
     monkeypatch.setenv(ops.TUNED_CONFIGS_ENV, str(path))
-    tuned.table.cache_clear()
-    tuned._load.cache_clear()
-    try:
-        launch = ops.describe_launch(num_tokens=q.shape[0], num_seqs=2, num_q_heads=32, num_kv_heads=8,
-                                     head_dim=128, page_size=16, kv_capacity=capacity, causal=True,
-                                     max_query_len=2048, device="cuda", new_kv=True).dense_launch
-        if dense is False:
-            assert launch is None
-        else:
-            assert {f: getattr(launch, f) for f in TUNED_TILE} == TUNED_TILE
+    clear_tuned_caches()
+    launch = ops.describe_launch(num_tokens=q.shape[0], num_seqs=2, num_q_heads=32, num_kv_heads=8, head_dim=128,
+                                 page_size=16, kv_capacity=capacity, causal=True, max_query_len=2048, device="cuda",
+                                 new_kv=True).dense_launch
+    if dense is False:
+        assert launch is None
+    else:
+        assert {f: getattr(launch, f) for f in TUNED_TILE} == TUNED_TILE
 
-        def call(into):
-            ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=into, max_query_len=2048,
-                                new_keys=nk, new_values=nv)
+    def call(into):
+        ops.paged_attention(q, k, v, table, sl, qsl, causal=True, out=into, max_query_len=2048,
+                            new_keys=nk, new_values=nv)
 
-        out = torch.full_like(q, float("nan"))
-        call(out)
-        _assert_matches_float64(q, k, v, table, sl, qsl, out)
+    out = torch.full_like(q, float("nan"))
+    call(out)
+    _assert_matches_float64(q, k, v, table, sl, qsl, out)
 
-        def refresh():
-            q.copy_(torch.randn_like(q))
-            for t in (v, nv):
-                t.mul_(-2.0)
+    def refresh():
+        q.copy_(torch.randn_like(q))
+        for t in (v, nv):
+            t.mul_(-2.0)
 
-        _graph_replays_as_eager(call, out, refresh)
-    finally:
-        monkeypatch.undo()
-        tuned.table.cache_clear()
-        tuned._load.cache_clear()
+    _graph_replays_as_eager(call, out, refresh)
 
 
 def test_dense_kv_prefill_over_an_fp8_cache_graph_matches_eager():

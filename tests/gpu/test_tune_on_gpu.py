@@ -13,6 +13,7 @@ import torch
 from dflash_rocm_plugin import ops
 from dflash_rocm_plugin.ops import tuned
 from dflash_rocm_plugin.tune import cli, measure, space as space_mod
+from tests.conftest import clear_tuned_caches
 
 pytestmark = pytest.mark.gpu
 NOISE = 1.03
@@ -27,22 +28,17 @@ def tuned_run(tmp_path_factory):
     args = cli._parser().parse_args(["--out", str(tmp), "--budget-min", "5", "--no-progress"])
     with pytest.MonkeyPatch.context() as m:
         m.setenv(tuned.ENV, str(tmp))
-        _clear()
+        clear_tuned_caches()
         assert cli.run(args, shapes, torch.device("cuda")) == 0
-    _clear()
+    clear_tuned_caches()
     path = tmp / f"{ops.gpu_arch()}.json"
     entries = ops.read_tuned_file(path, ops.gpu_arch()) if path.exists() else []
     return {"entries": entries, "shapes": shapes, "dir": tmp}
 
 
-def _clear():
-    tuned.table.cache_clear()
-    tuned._load.cache_clear()
-
-
 def _in_force(monkeypatch, directory):
     monkeypatch.setenv(tuned.ENV, str(directory))
-    _clear()
+    clear_tuned_caches()
 
 
 def _bench_of(shape):
